@@ -1,0 +1,111 @@
+#include "sdpa/tensor_view.h"
+
+#include <string>
+
+#include "sdpa/error.h"
+
+namespace sdpa {
+
+std::size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::f32: return 4;
+    case DType::f64: return 8;
+    case DType::f16: return 2;
+    case DType::bf16: return 2;
+    case DType::boolean: return 1;
+    case DType::i32: return 4;
+    case DType::i64: return 8;
+  }
+  throw Error("dtype", "a valid sdpa::DType", "enum value " + std::to_string(static_cast<int>(t)));
+}
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::f32: return "float32";
+    case DType::f64: return "float64";
+    case DType::f16: return "float16";
+    case DType::bf16: return "bfloat16";
+    case DType::boolean: return "bool";
+    case DType::i32: return "int32";
+    case DType::i64: return "int64";
+  }
+  // Names are used while building error messages, so this must not throw.
+  return "invalid-dtype";
+}
+
+std::int64_t TensorView::numel() const {
+  // An unset view holds no elements (rather than the empty product 1).
+  if (rank <= 0) return 0;
+  std::int64_t n = 1;
+  for (int i = 0; i < rank && i < kMaxRank; ++i) n *= shape[static_cast<std::size_t>(i)];
+  return n;
+}
+
+std::string TensorView::shape_string() const {
+  std::string s = "[";
+  for (int i = 0; i < rank && i < kMaxRank; ++i) {
+    if (i > 0) s += ", ";
+    s += std::to_string(shape[static_cast<std::size_t>(i)]);
+  }
+  s += "]";
+  return s;
+}
+
+namespace {
+
+// Checks one extent and folds it into a running element count, so that a view
+// whose size overflows int64 is rejected here instead of producing wrapped strides.
+void accumulate_extent(std::int64_t extent, std::int64_t& count, const char* what) {
+  if (extent < 0) {
+    throw Error("shape", "non-negative extents", std::string(what) + " = " + std::to_string(extent));
+  }
+  if (__builtin_mul_overflow(count, extent, &count)) {
+    throw Error("shape", "an element count that fits in int64", "an overflowing shape");
+  }
+}
+
+}  // namespace
+
+TensorView TensorView::contiguous(const void* data, DType dtype, std::initializer_list<std::int64_t> shape) {
+  const auto n = shape.size();
+  if (n < 1 || n > static_cast<std::size_t>(kMaxRank)) {
+    throw Error("shape", "rank 1.." + std::to_string(kMaxRank), "rank " + std::to_string(n));
+  }
+  TensorView v;
+  // Views are the library's single currency for inputs and outputs; the
+  // library never writes through a view given as an input.
+  v.data = const_cast<void*>(data);
+  v.dtype = dtype;
+  v.rank = static_cast<int>(n);
+  std::size_t i = 0;
+  std::int64_t count = 1;
+  for (std::int64_t e : shape) {
+    accumulate_extent(e, count, ("extent " + std::to_string(i)).c_str());
+    v.shape[i++] = e;
+  }
+  std::int64_t stride = 1;
+  for (std::size_t j = n; j-- > 0;) {
+    v.stride[j] = stride;
+    stride *= v.shape[j];  // cannot overflow: bounded by the checked element count
+  }
+  return v;
+}
+
+TensorView TensorView::bshd(const void* data, DType dtype, std::int64_t b, std::int64_t n, std::int64_t h,
+                            std::int64_t d) {
+  std::int64_t count = 1;
+  accumulate_extent(b, count, "b");
+  accumulate_extent(n, count, "n");
+  accumulate_extent(h, count, "h");
+  accumulate_extent(d, count, "d");
+  TensorView v;
+  v.data = const_cast<void*>(data);
+  v.dtype = dtype;
+  v.rank = 4;
+  v.shape = {b, h, n, d};
+  // Memory is [B, N, H, d]; only the axis order presented to the caller changes.
+  v.stride = {n * h * d, d, h * d, 1};
+  return v;
+}
+
+}  // namespace sdpa

@@ -1,0 +1,192 @@
+// The one place where the inputs of an attention call are checked.
+//
+// Everything a kernel relies on is established here and recorded in Params:
+// ranks, matching sizes, dtypes, contiguous last axes, non-null data, outputs
+// that do not overlap inputs, a usable scale, a thread count and an ISA the
+// CPU can run. A rejected call has written nothing.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <thread>
+
+#include "cpu/dispatch.h"
+#include "params.h"
+#include "sdpa/error.h"
+
+namespace sdpa {
+namespace {
+
+std::string str(std::int64_t x) { return std::to_string(x); }
+
+std::string dims(const TensorView& t) { return t.shape_string(); }
+
+// Byte range [lo, hi) that a view can touch; empty when the view has no element.
+struct ByteRange {
+  std::uintptr_t lo = 0, hi = 0;
+  bool empty() const { return lo == hi; }
+};
+
+ByteRange byte_range(const TensorView& t, const char* name) {
+  ByteRange r;
+  if (t.numel() == 0) return r;
+  const auto base = reinterpret_cast<std::intptr_t>(t.data);
+  const std::int64_t es = static_cast<std::int64_t>(dtype_size(t.dtype));
+  std::int64_t lo = 0, hi = 0;  // element offsets
+  for (int a = 0; a < t.rank; ++a) {
+    std::int64_t span = 0;
+    if (__builtin_mul_overflow(t.shape[a] - 1, t.stride[a], &span))
+      throw Error(name, "strides whose extent fits in 64 bits", "stride " + str(t.stride[a]) + " on axis " +
+                                                                     str(a));
+    (span < 0 ? lo : hi) += span;
+  }
+  std::int64_t lo_b = 0, hi_b = 0;
+  if (__builtin_mul_overflow(lo, es, &lo_b) || __builtin_mul_overflow(hi + 1, es, &hi_b))
+    throw Error(name, "an extent that fits in 64 bits", dims(t));
+  r.lo = static_cast<std::uintptr_t>(base + lo_b);
+  r.hi = static_cast<std::uintptr_t>(base + hi_b);
+  return r;
+}
+
+bool overlap(ByteRange a, ByteRange b) { return !a.empty() && !b.empty() && a.lo < b.hi && b.lo < a.hi; }
+
+// Shape and storage checks common to every operand.
+void check_view(const TensorView& t, const char* name, int rank, const char* axes) {
+  if (t.rank != rank)
+    throw Error(name, "a " + str(rank) + "-D view " + axes, "rank " + str(t.rank) + (t.rank ? " " + dims(t) : ""));
+  std::int64_t n = 1;
+  for (int a = 0; a < rank; ++a) {
+    if (t.shape[a] < 0) throw Error(name, "non-negative sizes " + std::string(axes), dims(t));
+    if (__builtin_mul_overflow(n, t.shape[a], &n))
+      throw Error(name, "an element count that fits in 64 bits", dims(t));
+  }
+  if (n > 0 && t.data == nullptr) throw Error(name, "non-null data for " + str(n) + " elements", "nullptr");
+  if (t.shape[rank - 1] > 1 && t.stride[rank - 1] != 1)
+    throw Error(name, "a contiguous last axis (stride 1)", "stride " + str(t.stride[rank - 1]));
+}
+
+void check_dtype(const TensorView& t, const char* name, Path path) {
+  const bool ok = t.dtype == DType::f32 || (path == Path::reference && t.dtype == DType::f64);
+  if (!ok)
+    throw Error(name, path == Path::fast ? "float32" : "float32 or float64", dtype_name(t.dtype));
+}
+
+void check_size(const TensorView& t, const char* name, int axis, std::int64_t want, const std::string& what) {
+  if (t.shape[axis] != want) throw Error(name, what + "=" + str(want), str(t.shape[axis]) + " in " + dims(t));
+}
+
+Operand operand(const TensorView& t) {
+  Operand op;
+  op.data = t.data;
+  op.dtype = t.dtype;
+  op.stride_b = t.stride[0];
+  op.stride_h = t.stride[1];
+  op.stride_n = t.stride[2];
+  return op;
+}
+
+}  // namespace
+
+Params make_params(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
+                   const Options& opt, Path path) {
+  check_view(q, "q", 4, "[B, H, Nq, d]");
+  check_view(k, "k", 4, "[B, Hkv, Nkv, d]");
+  check_view(v, "v", 4, "[B, Hkv, Nkv, dv]");
+  check_view(o, "o", 4, "[B, H, Nq, dv]");
+  check_dtype(q, "q", path);
+  check_dtype(k, "k", path);
+  check_dtype(v, "v", path);
+  check_dtype(o, "o", path);
+
+  Params p;
+  p.b = q.shape[0];
+  p.h = q.shape[1];
+  p.n_q = q.shape[2];
+  p.d = q.shape[3];
+  p.h_kv = k.shape[1];
+  p.n_kv = k.shape[2];
+  p.dv = v.shape[3];
+
+  if (p.d < 1) throw Error("q", "head size d >= 1", str(p.d) + " in " + dims(q));
+  check_size(k, "k", 0, p.b, "batch B (from q)");
+  check_size(k, "k", 3, p.d, "head size d (from q)");
+  if (p.h_kv == 0 ? p.h != 0 : p.h % p.h_kv != 0)
+    throw Error("k", "heads Hkv dividing H=" + str(p.h) + " (from q)", str(p.h_kv) + " in " + dims(k));
+  check_size(v, "v", 0, p.b, "batch B (from q)");
+  check_size(v, "v", 1, p.h_kv, "heads Hkv (from k)");
+  check_size(v, "v", 2, p.n_kv, "keys Nkv (from k)");
+  if (p.dv < 1) throw Error("v", "value size dv >= 1", str(p.dv) + " in " + dims(v));
+  check_size(o, "o", 0, p.b, "batch B (from q)");
+  check_size(o, "o", 1, p.h, "heads H (from q)");
+  check_size(o, "o", 2, p.n_q, "queries Nq (from q)");
+  check_size(o, "o", 3, p.dv, "value size dv (from v)");
+  p.group = p.h_kv > 0 ? p.h / p.h_kv : 1;
+
+  if (opt.scale) {
+    const double s = *opt.scale;
+    if (!std::isfinite(s) || !(s > 0))
+      throw Error("scale", "a finite number > 0", std::to_string(s));
+    if (!std::isfinite(static_cast<float>(s)) || static_cast<float>(s) == 0.0f)
+      throw Error("scale", "a number representable in float32", std::to_string(s));
+    p.scale = s;
+  } else {
+    p.scale = 1.0 / std::sqrt(static_cast<double>(p.d));
+  }
+  p.causal = opt.causal;
+  p.causal_offset = p.n_kv - p.n_q;
+
+  if (opt.threads < 0 || opt.threads > 1024)
+    throw Error("threads", "0 (all hardware threads) or 1..1024", str(opt.threads));
+  p.threads = opt.threads > 0 ? opt.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  p.isa = cpu::select_isa(opt.isa);
+
+  p.q = operand(q);
+  p.k = operand(k);
+  p.v = operand(v);
+  p.o = operand(o);
+
+  // Outputs must not overlap any input or each other: the kernels read inputs
+  // after writing outputs.
+  const ByteRange in[3] = {byte_range(q, "q"), byte_range(k, "k"), byte_range(v, "v")};
+  const char* in_names[3] = {"q", "k", "v"};
+  auto check_output = [&](const TensorView& t, const char* name) {
+    const ByteRange r = byte_range(t, name);
+    for (int i = 0; i < 3; ++i)
+      if (overlap(r, in[i]))
+        throw Error(name, std::string("memory disjoint from input ") + in_names[i], "overlapping views");
+    return r;
+  };
+  const ByteRange o_range = check_output(o, "o");
+
+  if (opt.lse.is_set()) {
+    const TensorView& t = opt.lse;
+    check_view(t, "lse", 3, "[B, H, Nq]");
+    check_dtype(t, "lse", path);
+    check_size(t, "lse", 0, p.b, "batch B (from q)");
+    check_size(t, "lse", 1, p.h, "heads H (from q)");
+    check_size(t, "lse", 2, p.n_q, "queries Nq (from q)");
+    const ByteRange r = check_output(t, "lse");
+    if (overlap(r, o_range)) throw Error("lse", "memory disjoint from output o", "overlapping views");
+    p.lse = operand(t);
+    p.lse.stride_n = t.stride[2];
+  }
+  if (opt.probs.is_set()) {
+    const TensorView& t = opt.probs;
+    check_view(t, "probs", 4, "[B, H, Nq, Nkv]");
+    check_dtype(t, "probs", path);
+    check_size(t, "probs", 0, p.b, "batch B (from q)");
+    check_size(t, "probs", 1, p.h, "heads H (from q)");
+    check_size(t, "probs", 2, p.n_q, "queries Nq (from q)");
+    check_size(t, "probs", 3, p.n_kv, "keys Nkv (from k)");
+    if (t.numel() > kMaxProbsElements)
+      throw Error("probs", "at most " + str(kMaxProbsElements) + " elements (B*H*Nq*Nkv)", str(t.numel()));
+    const ByteRange r = check_output(t, "probs");
+    if (overlap(r, o_range)) throw Error("probs", "memory disjoint from output o", "overlapping views");
+    if (opt.lse.is_set() && overlap(r, byte_range(opt.lse, "lse")))
+      throw Error("probs", "memory disjoint from output lse", "overlapping views");
+    p.probs = operand(t);
+  }
+  return p;
+}
+
+}  // namespace sdpa

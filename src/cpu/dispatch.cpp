@@ -1,0 +1,163 @@
+// ISA detection and the kernel table.
+//
+// An ISA is usable when the CPU reports its instructions (CPUID) *and* the OS
+// saves the registers they use (XGETBV: XMM|YMM state for AVX2). The table is
+// stamped from kernels.def: each KernelSet starts from its sizes and is filled
+// by the ISA's init function.
+#include "cpu/dispatch.h"
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "cpu/kernels/kernels.h"
+#include "sdpa/attention.h"
+#include "sdpa/error.h"
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
+namespace sdpa {
+namespace cpu {
+namespace {
+
+#if defined(__x86_64__)
+std::uint64_t xgetbv0() {
+  std::uint32_t lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (static_cast<std::uint64_t>(hi) << 32) | lo;
+}
+
+bool os_saves_ymm() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+  const bool osxsave = (c & bit_OSXSAVE) != 0;
+  return osxsave && (xgetbv0() & 0x6) == 0x6;  // XMM and YMM state enabled
+}
+
+bool cpu_has_avx2() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
+         os_saves_ymm();
+}
+#endif
+
+struct Table {
+  KernelSet sets[8];
+  int count = 0;
+  Table() {
+#define SDPA_KERNEL(isa_, ns, w_, mr_, br_, bc_)                                            \
+  {                                                                                        \
+    KernelSet& ks = sets[count++];                                                         \
+    ks = KernelSet{};                                                                      \
+    ks.isa = isa_;                                                                         \
+    ks.name = #ns;                                                                         \
+    ks.w = w_;                                                                             \
+    ks.mr = mr_;                                                                           \
+    ks.nr = 2 * w_;                                                                        \
+    ks.br = br_;                                                                           \
+    ks.bc = bc_;                                                                           \
+    init_kernels_##ns(ks);                                                                 \
+  }
+#include "cpu/kernels/kernels.def"
+#undef SDPA_KERNEL
+  }
+};
+
+const Table& table() {
+  static const Table t;
+  return t;
+}
+
+}  // namespace
+
+Isa detect_isa() {
+  static const Isa best = [] {
+    Isa b = Isa::scalar;
+    for (Isa i : compiled_isas())
+      if (isa_supported(i)) b = i;
+    return b;
+  }();
+  return best;
+}
+
+Isa select_isa(Isa requested) {
+  const char* who = "isa";
+  if (requested == Isa::automatic) {
+    const char* env = std::getenv("SDPA_ISA");
+    if (!env || !*env || std::strcmp(env, "auto") == 0 || std::strcmp(env, "automatic") == 0) return detect_isa();
+    try {
+      requested = parse_isa(env);
+    } catch (const Error&) {
+      throw Error("SDPA_ISA", "one of auto, scalar, avx2", std::string("'") + env + "'");
+    }
+    who = "SDPA_ISA";
+    if (requested == Isa::automatic) return detect_isa();
+  }
+  if (!isa_supported(requested)) {
+    std::string have;
+    for (Isa i : compiled_isas())
+      if (isa_supported(i)) have += std::string(have.empty() ? "" : ", ") + isa_name(i);
+    throw Error(who, "an ISA this CPU supports (" + have + ")", isa_name(requested));
+  }
+  return requested;
+}
+
+const KernelSet& kernels_for(Isa isa) {
+  const Table& t = table();
+  for (int i = 0; i < t.count; ++i)
+    if (t.sets[i].isa == isa) return t.sets[i];
+  return t.sets[0];  // unreachable after select_isa(): scalar
+}
+
+}  // namespace cpu
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::automatic: return "automatic";
+    case Isa::scalar: return "scalar";
+    case Isa::avx2: return "avx2";
+    case Isa::avx512: return "avx512";
+    case Isa::neon: return "neon";
+  }
+  return "?";
+}
+
+Isa parse_isa(const std::string& name) {
+  if (name == "auto" || name == "automatic") return Isa::automatic;
+  if (name == "scalar") return Isa::scalar;
+  if (name == "avx2") return Isa::avx2;
+  if (name == "avx512") return Isa::avx512;
+  if (name == "neon") return Isa::neon;
+  throw Error("isa", "one of auto, scalar, avx2, avx512, neon", "'" + name + "'");
+}
+
+std::vector<Isa> compiled_isas() {
+  std::vector<Isa> out;
+#define SDPA_KERNEL(isa_, ns, w, mr, br, bc) out.push_back(isa_);
+#include "cpu/kernels/kernels.def"
+#undef SDPA_KERNEL
+  return out;
+}
+
+bool isa_supported(Isa isa) {
+  bool compiled = false;
+  for (Isa i : compiled_isas()) compiled = compiled || i == isa;
+  if (!compiled) return false;
+  switch (isa) {
+    case Isa::scalar: return true;
+#if defined(__x86_64__)
+    case Isa::avx2: {
+      static const bool ok = cpu::cpu_has_avx2();
+      return ok;
+    }
+#endif
+    default: return false;
+  }
+}
+
+Isa resolve_isa(Isa isa) { return cpu::select_isa(isa); }
+
+}  // namespace sdpa

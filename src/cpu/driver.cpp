@@ -1,0 +1,324 @@
+// The fast path: FlashAttention-2-style tiling with an online softmax.
+// ref: Dao, "FlashAttention-2", https://arxiv.org/abs/2307.08691
+//
+// Work decomposition. For each batch b and K/V head hk, the H/Hkv query heads
+// that read hk are laid out as one row space r = i*group + g (query i, head
+// hk*group + g). A block is BR consecutive rows: in prefill it covers BR/group
+// queries of every head of the group, in grouped decode (Nq*group <= BR) it is
+// every query head of the group at once, so each K/V tile is read once for all
+// the heads that share it. One work item = (b, hk, block, key chunk).
+//
+// Per block, per key tile of BC keys (the kernels are in kernels/):
+//   Kt = pack(K tile)ᵀ               d*BC floats, transposed so S's columns are vectors
+//   S  = Qs·Kt                       Qs: the block's Q rows times scale, packed once
+//   mask S (causal, padding) to -inf
+//   P  = exp(S - m_new), l, alpha    online softmax; m, l per row
+//   acc = acc*alpha + P·V            V read in place (packed only when dv % W != 0)
+// and O = acc / l, lse = m + log l at the end. Memory per worker thread:
+// (BR*d + d*BC + BR*BC + BR*dv + BC*dv) floats, e.g. AVX2 (BR=96, BC=64) at
+// d = dv = 128: 48 + 32 + 24 + 48 + 32 KiB = 184 KiB, inside a 1 MiB L2; the
+// N x N score matrix is never formed.
+//
+// Why BR = 96, BC = 64 (AVX2): the S microkernel is 6 rows x 16 columns; a
+// 6 x d strip of Qs (3 KiB at d=128) stays in L1 while it sweeps Kt (32 KiB),
+// and packing Kt costs d*BC moves per tile against BR*BC*d FMAs, 1/96 of the work.
+//
+// Causal: tiles wholly above the frontier are never visited; tiles wholly
+// below it run unmasked; only tiles that straddle it are masked, and there PV
+// reads for each row only the keys it may see.
+//
+// Split-KV (flash-decoding): when the (b, hk, block) items are too few to keep
+// threads busy (decode), keys are cut into chunks; each chunk yields (m, l,
+// acc) per row and the chunks are merged in order by log-sum-exp. The chunking
+// depends on the shape only, never on the thread count, so results are
+// bitwise identical for any number of threads.
+#include "cpu/driver.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "cpu/dispatch.h"
+#include "cpu/kernels/denormals.h"
+#include "cpu/threads.h"
+
+namespace sdpa::cpu {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr float kLog2e = 1.44269504088896340736f;
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+std::int64_t round_up(std::int64_t a, std::int64_t b) { return ceil_div(a, b) * b; }
+
+// Below this many (b, hk, block) items, keys are split into chunks so that
+// about kMinItems items exist. A constant, not the thread count: determinism.
+constexpr std::int64_t kMinItems = 64;
+constexpr std::int64_t kMinChunkKeys = 256;
+
+struct Plan {
+  int br = 0, bc = 0, w = 1;
+  std::int64_t rows = 0;    // rows per (b, hk): group * Nq
+  std::int64_t blocks = 0;  // row blocks per (b, hk)
+  std::int64_t splits = 1;  // key chunks per block
+  std::int64_t chunk = 0;   // keys per chunk (a multiple of bc)
+  std::int64_t dv_pad = 0;  // dv rounded up to the vector width
+  bool pack_v = false;
+  std::int64_t items() const { return blocks * splits; }
+};
+
+Plan make_plan(const Params& p, const KernelSet& ks) {
+  Plan pl;
+  pl.br = ks.br;
+  pl.bc = ks.bc;
+  pl.w = ks.w;
+  pl.rows = p.group * p.n_q;
+  pl.blocks = ceil_div(pl.rows, pl.br);
+  pl.dv_pad = round_up(p.dv, ks.w);
+  pl.pack_v = p.dv % ks.w != 0;
+  pl.chunk = round_up(std::max<std::int64_t>(p.n_kv, 1), pl.bc);
+  const std::int64_t base = p.b * p.h_kv * pl.blocks;
+  if (!p.probs.data && base < kMinItems && p.n_kv >= 2 * kMinChunkKeys) {
+    const std::int64_t want = std::min(ceil_div(kMinItems, base), p.n_kv / kMinChunkKeys);
+    pl.chunk = round_up(ceil_div(p.n_kv, want), pl.bc);
+    pl.splits = ceil_div(p.n_kv, pl.chunk);
+  }
+  return pl;
+}
+
+// Per-thread scratch, grown on demand and reused across calls.
+class Workspace {
+ public:
+  float* floats(std::size_t n) {
+    if (n > cap_) {
+      mem_.reset(static_cast<float*>(std::aligned_alloc(64, round_up(static_cast<std::int64_t>(n) * 4, 64))));
+      if (!mem_) std::abort();
+      cap_ = n;
+    }
+    return mem_.get();
+  }
+
+ private:
+  struct Free {
+    void operator()(float* f) const { std::free(f); }
+  };
+  std::unique_ptr<float, Free> mem_;
+  std::size_t cap_ = 0;
+};
+
+Workspace& workspace() {
+  thread_local Workspace ws;
+  return ws;
+}
+
+struct Block {
+  std::int64_t b, hk, r0;
+  int nr;
+};
+
+class Runner {
+ public:
+  Runner(const Params& p, const KernelSet& ks, const Plan& pl) : p_(p), ks_(ks), pl_(pl) {
+    if (pl.splits > 1) partials_.resize(static_cast<std::size_t>(p.b * p.h_kv * pl.items() * pl.br * part_stride()));
+  }
+
+  void item(std::int64_t idx) {
+    // Heaviest blocks first (with causal, later queries see more keys), so the
+    // shared counter hands out the long items before the short ones.
+    const std::int64_t per_block = p_.b * p_.h_kv * pl_.splits;
+    const std::int64_t blk = pl_.blocks - 1 - idx / per_block;
+    std::int64_t rest = idx % per_block;
+    const std::int64_t split = rest % pl_.splits;
+    rest /= pl_.splits;
+    const Block bl{rest / p_.h_kv, rest % p_.h_kv, blk * pl_.br,
+                   static_cast<int>(std::min<std::int64_t>(pl_.br, pl_.rows - blk * pl_.br))};
+    attend(bl, split);
+  }
+
+  void merge(std::int64_t idx) {
+    const std::int64_t blk = idx % pl_.blocks;
+    const std::int64_t bh = idx / pl_.blocks;
+    const Block bl{bh / p_.h_kv, bh % p_.h_kv, blk * pl_.br,
+                   static_cast<int>(std::min<std::int64_t>(pl_.br, pl_.rows - blk * pl_.br))};
+    std::vector<double> acc(static_cast<std::size_t>(p_.dv));
+    for (int rr = 0; rr < bl.nr; ++rr) {
+      double m = -std::numeric_limits<double>::infinity();
+      for (std::int64_t s = 0; s < pl_.splits; ++s) {
+        const double ms = partial(bl, s, rr)[0];
+        if (std::isnan(ms) || std::isnan(m)) m = std::nan("");
+        else if (ms > m) m = ms;
+      }
+      double l = 0;
+      for (double& a : acc) a = 0;
+      if (m != -std::numeric_limits<double>::infinity()) {
+        for (std::int64_t s = 0; s < pl_.splits; ++s) {
+          const float* part = partial(bl, s, rr);
+          if (part[0] == kNegInf) continue;  // a chunk this row sees nothing of
+          const double wgt = std::exp(part[0] - m);
+          l += wgt * part[1];
+          for (std::int64_t c = 0; c < p_.dv; ++c) acc[c] += wgt * part[2 + c];
+        }
+      }
+      finish_row(bl, rr, static_cast<float>(m), l, [&](std::int64_t c) { return acc[c]; });
+    }
+  }
+
+ private:
+  std::int64_t part_stride() const { return p_.dv + 2; }
+
+  float* partial(const Block& bl, std::int64_t split, int rr) {
+    const std::int64_t blk = bl.r0 / pl_.br;
+    const std::int64_t slot = ((bl.b * p_.h_kv + bl.hk) * pl_.blocks + blk) * pl_.splits + split;
+    return partials_.data() + (slot * pl_.br + rr) * part_stride();
+  }
+
+  std::int64_t query(const Block& bl, int rr) const { return (bl.r0 + rr) / p_.group; }
+  std::int64_t head(const Block& bl, int rr) const { return bl.hk * p_.group + (bl.r0 + rr) % p_.group; }
+
+  // Writes O (and lse) of one row from its final m, l and unnormalised acc.
+  template <class Acc>
+  void finish_row(const Block& bl, int rr, float m, double l, Acc acc) {
+    const std::int64_t i = query(bl, rr), h = head(bl, rr);
+    float* o = p_.o.at<float>(bl.b, h, i);
+    const bool empty = m == kNegInf;  // no visible key (NaN is not empty)
+    const double inv = empty ? 0.0 : 1.0 / l;
+    for (std::int64_t c = 0; c < p_.dv; ++c) o[c] = empty ? 0.0f : static_cast<float>(acc(c) * inv);
+    if (p_.lse.data) *p_.lse.at<float>(bl.b, h, i) = empty ? kNegInf : static_cast<float>(m + std::log(l));
+  }
+
+  // S tile for keys [t0, t0+n) with everything invisible set to -inf; returns
+  // whether the tile straddles the causal frontier (then row_end is filled).
+  bool score_tile(const Block& bl, const float* qs, std::int64_t t0, int n, int bc_pad, float* kt, float* s,
+                  int* row_end, std::int64_t full_end) {
+    ks_.pack_kt(p_.k.at<const float>(bl.b, bl.hk, t0), p_.k.stride_n, n, static_cast<int>(p_.d), kt, bc_pad);
+    ks_.scores(qs, bl.nr, static_cast<int>(p_.d), kt, bc_pad, s);
+    const bool masked = t0 + n > full_end;
+    for (int rr = 0; rr < bl.nr; ++rr) {
+      int end = n;
+      if (masked) {
+        const std::int64_t e = p_.visible_end(query(bl, rr)) - t0;
+        end = static_cast<int>(e < 0 ? 0 : (e > n ? n : e));
+        row_end[rr] = end;
+      }
+      float* row = s + static_cast<std::int64_t>(rr) * bc_pad;
+      for (int j = end; j < bc_pad; ++j) row[j] = kNegInf;
+    }
+    return masked;
+  }
+
+  void attend(const Block& bl, std::int64_t split) {
+    const int d = static_cast<int>(p_.d), br = pl_.br, bc = pl_.bc;
+    const std::int64_t dv_pad = pl_.dv_pad;
+    // Workspace layout (floats): qs[br*d] kt[d*bc] s[br*bc] acc[br*dv_pad] vp[bc*dv_pad] m,l,alpha,inv[br] + row_end
+    const std::size_t n_qs = static_cast<std::size_t>(br) * d, n_kt = static_cast<std::size_t>(d) * bc,
+                      n_s = static_cast<std::size_t>(br) * bc, n_acc = static_cast<std::size_t>(br * dv_pad),
+                      n_vp = pl_.pack_v ? static_cast<std::size_t>(bc * dv_pad) : 0;
+    auto round16 = [](std::size_t x) { return (x + 15) / 16 * 16; };  // keep every array 64-byte aligned
+    float* qs = workspace().floats(round16(n_qs) + round16(n_kt) + round16(n_s) + round16(n_acc) + round16(n_vp) +
+                                   5 * round16(br));
+    float* kt = qs + round16(n_qs);
+    float* s = kt + round16(n_kt);
+    float* acc = s + round16(n_s);
+    float* vp = acc + round16(n_acc);
+    float* m = vp + round16(n_vp);
+    float* l = m + round16(br);
+    float* alpha = l + round16(br);
+    float* inv = alpha + round16(br);
+    int* row_end = reinterpret_cast<int*>(inv + round16(br));
+
+    // Qs: the block's query rows with the scale folded in. Folding scale into
+    // Q (not into S) keeps scale*q·k finite whenever it is representable, even
+    // when q·k alone is not (q·k = 1e39, scale = 1/8).
+    const float scale = static_cast<float>(p_.scale);
+    for (int rr = 0; rr < bl.nr; ++rr) {
+      const float* src = p_.q.at<const float>(bl.b, head(bl, rr), query(bl, rr));
+      for (int c = 0; c < d; ++c) qs[rr * d + c] = src[c] * scale;
+    }
+
+    const std::int64_t i_lo = query(bl, 0), i_hi = query(bl, bl.nr - 1);
+    const std::int64_t kb = split * pl_.chunk;
+    std::int64_t ke = std::min(p_.n_kv, kb + pl_.chunk);
+    if (p_.causal) ke = std::min(ke, p_.visible_end(i_hi));  // tiles past the frontier: skipped
+    const std::int64_t full_end = p_.visible_end(i_lo);       // keys every row of the block sees
+
+    for (int rr = 0; rr < bl.nr; ++rr) {
+      m[rr] = kNegInf;
+      l[rr] = 0.0f;
+    }
+    std::memset(acc, 0, n_acc * sizeof(float));
+
+    for (std::int64_t t0 = kb; t0 < ke; t0 += bc) {
+      const int n = static_cast<int>(std::min<std::int64_t>(bc, ke - t0));
+      const int bc_pad = static_cast<int>(round_up(n, ks_.nr));
+      const bool masked = score_tile(bl, qs, t0, n, bc_pad, kt, s, row_end, full_end);
+      ks_.softmax_step(s, bl.nr, bc_pad, m, l, alpha);
+      const float* v = p_.v.at<const float>(bl.b, bl.hk, t0);
+      std::int64_t v_stride = p_.v.stride_n;
+      if (pl_.pack_v) {
+        for (int j = 0; j < n; ++j) {
+          std::memcpy(vp + j * dv_pad, v + j * v_stride, p_.dv * sizeof(float));
+          std::memset(vp + j * dv_pad + p_.dv, 0, (dv_pad - p_.dv) * sizeof(float));
+        }
+        v = vp;
+        v_stride = dv_pad;
+      }
+      ks_.pv(s, bl.nr, n, bc_pad, v, v_stride, static_cast<int>(dv_pad), acc, alpha, masked ? row_end : nullptr);
+    }
+
+    if (pl_.splits > 1) {
+      for (int rr = 0; rr < bl.nr; ++rr) {
+        float* part = partial(bl, split, rr);
+        part[0] = m[rr];
+        part[1] = l[rr];
+        std::memcpy(part + 2, acc + rr * dv_pad, p_.dv * sizeof(float));
+      }
+      return;
+    }
+    for (int rr = 0; rr < bl.nr; ++rr)
+      finish_row(bl, rr, m[rr], l[rr], [&](std::int64_t c) { return static_cast<double>(acc[rr * dv_pad + c]); });
+    if (p_.probs.data) write_probs(bl, qs, kt, s, m, l, inv, row_end, full_end);
+  }
+
+  // P = exp(S - m) / l over every key, tile by tile (0 at invisible keys).
+  void write_probs(const Block& bl, const float* qs, float* kt, float* s, float* m, const float* l, float* inv,
+                   int* row_end, std::int64_t full_end) {
+    for (int rr = 0; rr < bl.nr; ++rr) {
+      const bool empty = m[rr] == kNegInf;
+      inv[rr] = empty ? 0.0f : 1.0f / l[rr];
+      if (empty) m[rr] = 0.0f;  // every score is -inf: exp gives 0
+    }
+    for (std::int64_t t0 = 0; t0 < p_.n_kv; t0 += pl_.bc) {
+      const int n = static_cast<int>(std::min<std::int64_t>(pl_.bc, p_.n_kv - t0));
+      const int bc_pad = static_cast<int>(round_up(n, ks_.nr));
+      score_tile(bl, qs, t0, n, bc_pad, kt, s, row_end, full_end);
+      ks_.probs(s, bl.nr, bc_pad, m, inv);
+      for (int rr = 0; rr < bl.nr; ++rr)
+        std::memcpy(p_.probs.at<float>(bl.b, head(bl, rr), query(bl, rr)) + t0, s + rr * bc_pad, n * sizeof(float));
+    }
+  }
+
+  const Params& p_;
+  const KernelSet& ks_;
+  const Plan& pl_;
+  std::vector<float> partials_;
+};
+
+}  // namespace
+
+void run(const Params& p) {
+  if (p.b == 0 || p.h == 0 || p.n_q == 0) return;
+  const KernelSet& ks = kernels_for(p.isa);
+  const Plan pl = make_plan(p, ks);
+  Runner runner(p, ks, pl);
+  const std::int64_t bh = p.b * p.h_kv;
+  parallel_for(bh * pl.items(), p.threads, [&](std::int64_t i, int) {
+    FlushDenormals ftz;
+    runner.item(i);
+  });
+  if (pl.splits > 1) parallel_for(bh * pl.blocks, p.threads, [&](std::int64_t i, int) { runner.merge(i); });
+}
+
+}  // namespace sdpa::cpu

@@ -1,0 +1,10 @@
+// The tiled, online-softmax forward pass (see driver.cpp).
+#pragma once
+
+#include "params.h"
+
+namespace sdpa::cpu {
+
+void run(const Params& p);
+
+}  // namespace sdpa::cpu

@@ -1,0 +1,48 @@
+// KernelSet: the microkernels of one ISA, as function pointers, plus the tile
+// sizes the driver uses with them. See kernels.def for the list and for the
+// contract between driver and kernels. Shapes below: rows <= BR, n <= BC.
+#pragma once
+
+#include <cstdint>
+
+#include "sdpa/options.h"
+
+namespace sdpa::cpu {
+
+struct KernelSet {
+  Isa isa;
+  const char* name;
+  int w;   // float lanes per vector
+  int mr;  // microkernel rows
+  int nr;  // microkernel columns (2*w)
+  int br;  // query rows per block
+  int bc;  // keys per tile
+
+  // kt[c*bc_pad + j] = k[j*k_stride + c] for j < n, c < d; columns n..bc_pad are 0.
+  void (*pack_kt)(const float* k, std::int64_t k_stride, int n, int d, float* kt, int bc_pad);
+
+  // S [rows x bc_pad] = Qs [rows x d] · Kt [d x bc_pad].
+  void (*scores)(const float* qs, int rows, int d, const float* kt, int bc_pad, float* s);
+
+  // Online-softmax step over a score tile whose invisible entries are -inf.
+  // Per row r: m_new = max(m[r], max_j s[r,j]) (NaN is sticky), alpha[r] =
+  // exp(m[r] - m_new), s[r,j] <- exp(s[r,j] - m_new), l[r] = l[r]*alpha[r] +
+  // sum_j s[r,j], m[r] = m_new. A row with nothing visible yet keeps m = -inf,
+  // gets s = 0, alpha = 0 (its accumulator is 0 anyway).
+  void (*softmax_step)(float* s, int rows, int bc_pad, float* m, float* l, float* alpha);
+
+  // acc [rows x dv_pad] = acc * alpha[row] + P [rows x n] · V [n x dv_pad].
+  // P rows are `p_stride` apart, V rows `v_stride` apart. With row_end, row r
+  // only reads keys j < row_end[r]: masked keys' values are never touched, so a
+  // NaN there cannot reach the result.
+  void (*pv)(const float* p, int rows, int n, int p_stride, const float* v, std::int64_t v_stride, int dv_pad,
+             float* acc, const float* alpha, const int* row_end);
+
+  // s[r,j] <- exp(s[r,j] - m[r]) * inv_l[r] over [rows x bc_pad] (the probabilities).
+  void (*probs)(float* s, int rows, int bc_pad, const float* m, const float* inv_l);
+
+  // y[i] = 2^x[i] for x[i] <= 0, the kernels' own exp (exposed for tests).
+  void (*exp2)(const float* x, float* y, std::int64_t n);
+};
+
+}  // namespace sdpa::cpu

@@ -1,0 +1,200 @@
+// The microkernels, written once over the vector wrapper and stamped per ISA:
+// an ISA's translation unit opens namespace sdpa::cpu::<isa>, includes its
+// vec_<isa>.h (Vec, W, v* functions), defines MR, BR, BC and includes this
+// file. Nothing here may name a std:: template: each ISA's copy must stay in
+// its own namespace, compiled with its own flags.
+//
+// Register blocking (S and PV alike): an MR x NR block of accumulators, NR =
+// 2*W columns, so each step loads 2 vectors of one operand, broadcasts MR
+// scalars of the other and issues 2*MR independent FMAs. With AVX2, MR = 6
+// gives 12 accumulators + 2 operands + 1 broadcast = 15 of the 16 ymm registers,
+// and 12 independent chains cover the FMA latency (4 cycles x 2 ports = 8 in
+// flight needed).
+
+inline constexpr int NR = 2 * W;
+
+static inline int min_int(int a, int b) { return a < b ? a : b; }
+
+// ---- S = Qs · Kt -------------------------------------------------------------
+
+template <int M>
+static inline void scores_block(const float* qs, int d, const float* kt, int bc_pad, float* s) {
+  Vec acc[M][2];
+#pragma GCC unroll 8
+  for (int m = 0; m < M; ++m) acc[m][0] = acc[m][1] = vzero();
+  for (int c = 0; c < d; ++c) {
+    const Vec b0 = vload(kt + static_cast<std::int64_t>(c) * bc_pad);
+    const Vec b1 = vload(kt + static_cast<std::int64_t>(c) * bc_pad + W);
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m) {
+      const Vec a = vset(qs[m * d + c]);
+      acc[m][0] = vfma(a, b0, acc[m][0]);
+      acc[m][1] = vfma(a, b1, acc[m][1]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int m = 0; m < M; ++m) {
+    vstore(s + m * bc_pad, acc[m][0]);
+    vstore(s + m * bc_pad + W, acc[m][1]);
+  }
+}
+
+template <int M>
+static void scores_strip(const float* qs, int d, const float* kt, int bc_pad, float* s) {
+  for (int c0 = 0; c0 < bc_pad; c0 += NR) scores_block<M>(qs, d, kt + c0, bc_pad, s + c0);
+}
+
+static void scores(const float* qs, int rows, int d, const float* kt, int bc_pad, float* s) {
+  int r = 0;
+  for (; r + MR <= rows; r += MR) scores_strip<MR>(qs + r * d, d, kt, bc_pad, s + r * bc_pad);
+  switch (rows - r) {
+    case 0: break;
+    case 1: scores_strip<1>(qs + r * d, d, kt, bc_pad, s + r * bc_pad); break;
+    case 2: scores_strip<2>(qs + r * d, d, kt, bc_pad, s + r * bc_pad); break;
+    case 3: scores_strip<3>(qs + r * d, d, kt, bc_pad, s + r * bc_pad); break;
+    case 4: scores_strip<4>(qs + r * d, d, kt, bc_pad, s + r * bc_pad); break;
+    default: scores_strip<5>(qs + r * d, d, kt, bc_pad, s + r * bc_pad); break;
+  }
+}
+
+// ---- K tile packing (transpose) ----------------------------------------------
+
+[[maybe_unused]] static void pack_kt_generic(const float* k, std::int64_t k_stride, int n, int d, float* kt, int bc_pad) {
+  for (int j = 0; j < n; ++j) {
+    const float* src = k + j * k_stride;
+    for (int c = 0; c < d; ++c) kt[static_cast<std::int64_t>(c) * bc_pad + j] = src[c];
+  }
+  for (int c = 0; c < d; ++c)
+    for (int j = n; j < bc_pad; ++j) kt[static_cast<std::int64_t>(c) * bc_pad + j] = 0.0f;
+}
+
+// ---- online softmax ------------------------------------------------------------
+
+inline constexpr float kLog2e = 1.44269504088896340736f;
+
+static inline float exp2_scalar(float t) {
+  float buf[W];
+  vstore(buf, vexp2(vset(t)));
+  return buf[0];
+}
+
+static void softmax_step(float* s, int rows, int bc_pad, float* m, float* l, float* alpha) {
+  const float kNegInf = -__builtin_inff();
+  for (int r = 0; r < rows; ++r) {
+    float* row = s + static_cast<std::int64_t>(r) * bc_pad;
+    Vec mx = vset(kNegInf);
+    for (int j = 0; j < bc_pad; j += W) mx = vmax(mx, vload(row + j));
+    const float m_old = m[r];
+    const float m_tile = hmax(mx);
+    float m_new = m_old != m_old ? m_old : (m_tile > m_old ? m_tile : m_old);
+    if (m_new == kNegInf) {
+      // Nothing finite seen: either the row is still empty or the max skipped a
+      // NaN. A NaN must reach the output, so make it the row's max.
+      for (int j = 0; j < bc_pad; ++j)
+        if (row[j] != row[j]) m_new = row[j];
+    }
+    // Rows still empty use 0 as the offset: every entry is -inf and exp gives 0.
+    const float mu = m_new == kNegInf ? 0.0f : m_new;
+    const Vec vmu = vset(mu), vlog2e = vset(kLog2e);
+    Vec sum = vzero();
+    for (int j = 0; j < bc_pad; j += W) {
+      // (s - m) * log2(e): s - m <= 0 cannot overflow, unlike s*log2(e) near FLT_MAX.
+      const Vec p = vexp2(vmul(vsub(vload(row + j), vmu), vlog2e));
+      vstore(row + j, p);
+      sum = vadd(sum, p);
+    }
+    const float a = exp2_scalar((m_old - mu) * kLog2e);
+    alpha[r] = a;
+    l[r] = l[r] * a + hsum(sum);
+    m[r] = m_new;
+  }
+}
+
+static void probs(float* s, int rows, int bc_pad, const float* m, const float* inv_l) {
+  for (int r = 0; r < rows; ++r) {
+    float* row = s + static_cast<std::int64_t>(r) * bc_pad;
+    const Vec vmu = vset(m[r]), vinv = vset(inv_l[r]), vlog2e = vset(kLog2e);
+    for (int j = 0; j < bc_pad; j += W) vstore(row + j, vmul(vexp2(vmul(vsub(vload(row + j), vmu), vlog2e)), vinv));
+  }
+}
+
+static void exp2_array(const float* x, float* y, std::int64_t n) {
+  std::int64_t i = 0;
+  for (; i + W <= n; i += W) vstore(y + i, vexp2(vload(x + i)));
+  for (; i < n; ++i) y[i] = exp2_scalar(x[i]);
+}
+
+// ---- acc = acc * alpha + P · V -------------------------------------------------
+
+// Rows [0, M) of P against keys [j0, j1), columns [0, NV*W) of V and acc.
+template <int M, int NV>
+static inline void pv_block(const float* p, int p_stride, const float* v, std::int64_t v_stride, int j0, int j1,
+                            float* acc, int acc_stride, const float* alpha) {
+  Vec a[M][NV];
+#pragma GCC unroll 8
+  for (int m = 0; m < M; ++m) {
+    const Vec sc = vset(alpha ? alpha[m] : 1.0f);
+#pragma GCC unroll 4
+    for (int x = 0; x < NV; ++x) a[m][x] = vmul(vload(acc + m * acc_stride + x * W), sc);
+  }
+  for (int j = j0; j < j1; ++j) {
+    Vec b[NV];
+#pragma GCC unroll 4
+    for (int x = 0; x < NV; ++x) b[x] = vload(v + j * v_stride + x * W);
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m) {
+      const Vec pm = vset(p[m * p_stride + j]);
+#pragma GCC unroll 4
+      for (int x = 0; x < NV; ++x) a[m][x] = vfma(pm, b[x], a[m][x]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int m = 0; m < M; ++m)
+#pragma GCC unroll 4
+    for (int x = 0; x < NV; ++x) vstore(acc + m * acc_stride + x * W, a[m][x]);
+}
+
+// All column strips of a strip of M rows.
+template <int M>
+static void pv_strip(const float* p, int p_stride, const float* v, std::int64_t v_stride, int j0, int j1, int dv_pad,
+                     float* acc, const float* alpha) {
+  int c = 0;
+  for (; c + 2 * W <= dv_pad; c += 2 * W) pv_block<M, 2>(p, p_stride, v + c, v_stride, j0, j1, acc + c, dv_pad, alpha);
+  if (c < dv_pad) pv_block<M, 1>(p, p_stride, v + c, v_stride, j0, j1, acc + c, dv_pad, alpha);
+}
+
+template <int M>
+static void pv_rows(const float* p, int p_stride, const float* v, std::int64_t v_stride, int n, int dv_pad, float* acc,
+                    const float* alpha, const int* row_end) {
+  if (!row_end) {
+    pv_strip<M>(p, p_stride, v, v_stride, 0, n, dv_pad, acc, alpha);
+    return;
+  }
+  // Masked tile: all M rows share keys [0, common); then each row alone takes
+  // its own keys [common, row_end[r]), so no row reads a key it may not see.
+  int common = n;
+#pragma GCC unroll 8
+  for (int m = 0; m < M; ++m) common = min_int(common, row_end[m]);
+  pv_strip<M>(p, p_stride, v, v_stride, 0, common, dv_pad, acc, alpha);
+  for (int m = 0; m < M; ++m)
+    if (row_end[m] > common)
+      pv_strip<1>(p + m * p_stride, p_stride, v, v_stride, common, row_end[m], dv_pad, acc + m * dv_pad, nullptr);
+}
+
+static void pv(const float* p, int rows, int n, int p_stride, const float* v, std::int64_t v_stride, int dv_pad,
+               float* acc, const float* alpha, const int* row_end) {
+  int r = 0;
+  auto at = [&](int r0) { return row_end ? row_end + r0 : nullptr; };
+  for (; r + MR <= rows; r += MR)
+    pv_rows<MR>(p + r * p_stride, p_stride, v, v_stride, n, dv_pad, acc + r * dv_pad, alpha + r, at(r));
+  const float* pr = p + r * p_stride;
+  float* ar = acc + r * dv_pad;
+  switch (rows - r) {
+    case 0: break;
+    case 1: pv_rows<1>(pr, p_stride, v, v_stride, n, dv_pad, ar, alpha + r, at(r)); break;
+    case 2: pv_rows<2>(pr, p_stride, v, v_stride, n, dv_pad, ar, alpha + r, at(r)); break;
+    case 3: pv_rows<3>(pr, p_stride, v, v_stride, n, dv_pad, ar, alpha + r, at(r)); break;
+    case 4: pv_rows<4>(pr, p_stride, v, v_stride, n, dv_pad, ar, alpha + r, at(r)); break;
+    default: pv_rows<5>(pr, p_stride, v, v_stride, n, dv_pad, ar, alpha + r, at(r)); break;
+  }
+}

@@ -1,0 +1,56 @@
+// The thin vector wrapper, one lane wide: the portable reference for the SIMD
+// wrappers. Every function has internal linkage so that the same names built
+// with other ISA flags in other translation units never collide.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "cpu/kernels/exp2_coeffs.h"
+
+namespace sdpa::cpu::scalar {
+
+struct Vec {
+  float v;
+};
+inline constexpr int W = 1;
+
+static inline Vec vzero() { return {0.0f}; }
+static inline Vec vset(float x) { return {x}; }
+static inline Vec vload(const float* p) { return {*p}; }
+static inline void vstore(float* p, Vec a) { *p = a.v; }
+static inline Vec vadd(Vec a, Vec b) { return {a.v + b.v}; }
+static inline Vec vsub(Vec a, Vec b) { return {a.v - b.v}; }
+static inline Vec vmul(Vec a, Vec b) { return {a.v * b.v}; }
+// a*b + c
+static inline Vec vfma(Vec a, Vec b, Vec c) { return {a.v * b.v + c.v}; }
+// max that ignores NaN in `a` only when `b` is not NaN either: used for row maxima,
+// where the driver detects NaN separately.
+static inline Vec vmax(Vec a, Vec b) { return {a.v > b.v ? a.v : b.v}; }
+static inline float hmax(Vec a) { return a.v; }
+static inline float hsum(Vec a) { return a.v; }
+
+// 2^t for t <= 0 (and NaN): range reduction t = n + f, n = round(t), |f| <= 1/2,
+// 2^f by the polynomial, 2^n by building the exponent bits. -inf -> 0 exactly;
+// t < -126 -> 0 (no denormals); NaN -> NaN.
+static inline Vec vexp2(Vec t) {
+  namespace c = exp2_coeffs;
+  if (t.v != t.v) return t;
+  if (t.v < c::min_exponent) return {0.0f};
+  const float n = std::nearbyint(t.v);
+  const float f = t.v - n;
+  float p = c::c5;
+  p = p * f + c::c4;
+  p = p * f + c::c3;
+  p = p * f + c::c2;
+  p = p * f + c::c1;
+  p = p * f + c::c0;
+  p = p * f + 1.0f;
+  const std::int32_t bits = (static_cast<std::int32_t>(n) + 127) << 23;  // n in [-126, 0]
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return {p * scale};
+}
+
+}  // namespace sdpa::cpu::scalar
