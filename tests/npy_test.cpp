@@ -273,7 +273,8 @@ TEST(NpyRoundTripTest, WriteThenReadFile) {
 
 TEST(NpyRoundTripTest, BoolBytesAreNormalised) {
   // NumPy reads any nonzero byte as True; a C++ bool must hold 0 or 1.
-  NpyArray a = parse_npy(make_npy(1, "{'descr': '|b1', 'fortran_order': False, 'shape': (3,), }", "\x00\x02\xff"),
+  NpyArray a = parse_npy(make_npy(1, "{'descr': '|b1', 'fortran_order': False, 'shape': (3,), }",
+                                  std::string_view("\x00\x02\xff", 3)),
                          "b.npy");
   ASSERT_EQ(a.data.size(), 3u);
   EXPECT_EQ(a.data[0], std::byte{0});
@@ -300,7 +301,8 @@ TEST(NpyHeaderTest, EncodeMatchesNumpyBytes) {
 }
 
 TEST(NpyHeaderTest, EncodedHeaderIsPaddedAndNewlineTerminated) {
-  const std::vector<std::int64_t> shapes[] = {{}, {3}, {2, 3}, {123456789, 0, 987654321}};
+  // Zero-element shapes, so the file is the header alone.
+  const std::vector<std::int64_t> shapes[] = {{0}, {3, 0}, {0, 2, 3}, {123456789, 0, 987654321, 1, 2, 3, 4, 5}};
   for (const auto& shape : shapes) {
     const std::vector<std::byte> b = encode_npy(DType::i64, shape, nullptr);
     const std::string s = to_string(b);
