@@ -1,0 +1,127 @@
+#include "cli_util.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+
+#include "commands.h"
+
+namespace sdpa::cli {
+
+double parse_finite_double(std::string_view flag, const std::string& text) {
+  // strtod rather than from_chars: it accepts the forms people type ("1e3", "+2", ".5").
+  const char* begin = text.c_str();
+  char* end = nullptr;
+  errno = 0;
+  const double x = text.empty() ? 0.0 : std::strtod(begin, &end);
+  if (text.empty() || end != begin + text.size() || std::isspace(static_cast<unsigned char>(text.front()))) {
+    throw UsageError(fmt::format("{}: expected a number, got '{}'", flag, text));
+  }
+  if (!std::isfinite(x) || errno == ERANGE) {
+    throw UsageError(fmt::format("{}: expected a finite number, got '{}'", flag, text));
+  }
+  return x;
+}
+
+std::int64_t parse_integer(std::string_view flag, const std::string& text, std::int64_t min) {
+  std::int64_t value = 0;
+  const char* begin = text.data();
+  const char* end = begin + text.size();
+  // from_chars rejects a leading '+'; accept it as people write it.
+  if (begin != end && *begin == '+') ++begin;
+  const auto [ptr, ec] = std::from_chars(begin, end, value);
+  if (ec == std::errc::result_out_of_range) {
+    throw UsageError(fmt::format("{}: expected an integer >= {}, got '{}' (out of range)", flag, min, text));
+  }
+  if (ec != std::errc() || ptr != end || begin == end) {
+    throw UsageError(fmt::format("{}: expected an integer >= {}, got '{}'", flag, min, text));
+  }
+  if (value < min) throw UsageError(fmt::format("{}: expected an integer >= {}, got {}", flag, min, value));
+  return value;
+}
+
+std::string format_number(double x) {
+  if (!std::isfinite(x)) return fmt::format("{}", x);
+  const double ax = std::fabs(x);
+  if (ax >= 1e15 || (ax > 0 && ax < 1e-4)) return fmt::format("{:.4g}", x);
+  if (x == std::trunc(x)) return fmt::format("{:.0f}", x == 0 ? 0.0 : x);  // no "-0"
+  std::string s = fmt::format("{:.4f}", x);
+  while (s.back() == '0') s.pop_back();
+  if (s.back() == '.') s.pop_back();
+  return s == "-0" ? "0" : s;
+}
+
+std::string format_fixed(double x, int decimals) {
+  if (!std::isfinite(x)) return fmt::format("{}", x);
+  const double ax = std::fabs(x);
+  // Tiny nonzero values would print as 0.0000 and hide what the demo shows.
+  if (ax >= 1e15 || (ax > 0 && ax < 0.5 * std::pow(10.0, -decimals))) return fmt::format("{:.{}e}", x, 1);
+  return fmt::format("{:.{}f}", x, decimals);
+}
+
+std::size_t display_width(std::string_view s) {
+  return static_cast<std::size_t>(
+      std::count_if(s.begin(), s.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
+}
+
+Table::Table(std::vector<Column> columns) : columns_(std::move(columns)) {}
+
+void Table::add_row(std::vector<std::string> cells) {
+  cells.resize(columns_.size());
+  rows_.push_back(std::move(cells));
+}
+
+std::string Table::render(int indent) const {
+  std::vector<std::size_t> width(columns_.size());
+  for (std::size_t c = 0; c < columns_.size(); ++c) {
+    width[c] = display_width(columns_[c].header);
+    for (const auto& row : rows_) width[c] = std::max(width[c], display_width(row[c]));
+  }
+  // Padding is done here rather than with fmt's width, which counts UTF-8
+  // code points differently across fmt versions.
+  const auto line = [&](const std::vector<std::string>& cells) {
+    std::string out(static_cast<std::size_t>(indent), ' ');
+    for (std::size_t c = 0; c < cells.size(); ++c) {
+      const std::size_t pad = width[c] - display_width(cells[c]);
+      const bool last = c + 1 == cells.size();
+      if (columns_[c].align == Align::right) out.append(pad, ' ');
+      out += cells[c];
+      if (columns_[c].align == Align::left && !last) out.append(pad, ' ');
+      if (!last) out += "  ";
+    }
+    return out + "\n";
+  };
+  std::vector<std::string> headers, rules;
+  for (std::size_t c = 0; c < columns_.size(); ++c) {
+    headers.push_back(columns_[c].header);
+    rules.emplace_back(width[c], '-');
+  }
+  std::string out = line(headers) + line(rules);
+  for (const auto& row : rows_) out += line(row);
+  return out;
+}
+
+std::vector<double> softmax(const std::vector<double>& x) {
+  if (x.empty()) return {};
+  const double m = *std::max_element(x.begin(), x.end());
+  std::vector<double> p(x.size());
+  double sum = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) sum += p[i] = std::exp(x[i] - m);
+  for (double& v : p) v /= sum;
+  return p;
+}
+
+double entropy(const std::vector<double>& p) {
+  double h = 0;
+  for (double v : p) {
+    if (v > 0) h -= v * std::log(v);
+  }
+  return h;
+}
+
+}  // namespace sdpa::cli

@@ -1,0 +1,53 @@
+// Helpers shared by the subcommands: strict flag-value parsing (bad values are
+// usage errors naming the flag), number formatting for people, aligned text
+// tables, and a numerically safe softmax for the teaching commands.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sdpa::cli {
+
+// Parses the whole of `text` as a finite double; throws UsageError naming `flag`.
+double parse_finite_double(std::string_view flag, const std::string& text);
+// Parses the whole of `text` as a base-10 integer >= `min`; throws UsageError naming `flag`.
+std::int64_t parse_integer(std::string_view flag, const std::string& text, std::int64_t min);
+
+// An integer-valued x without decimals ("64"), otherwise up to 4 decimals with
+// trailing zeros dropped ("1.4142", "12.5"); very large or tiny magnitudes in
+// scientific notation so the text stays short.
+std::string format_number(double x);
+// x with exactly `decimals` decimals, or scientific notation for magnitudes
+// where fixed notation would be unreadable.
+std::string format_fixed(double x, int decimals);
+
+// Display width of UTF-8 text: one column per code point ("√" is one column).
+std::size_t display_width(std::string_view s);
+
+enum class Align { left, right };
+
+// A text table: columns padded to their widest cell, a rule under the header.
+class Table {
+ public:
+  struct Column {
+    std::string header;
+    Align align = Align::right;
+  };
+  explicit Table(std::vector<Column> columns);
+  void add_row(std::vector<std::string> cells);
+  // Each line starts with `indent` spaces and ends with '\n'.
+  std::string render(int indent = 2) const;
+
+ private:
+  std::vector<Column> columns_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+// softmax(x) computed as exp(x - max x) / sum, so large scores cannot overflow.
+std::vector<double> softmax(const std::vector<double>& x);
+// Shannon entropy in nats of a probability vector (0·log 0 = 0).
+double entropy(const std::vector<double>& p);
+
+}  // namespace sdpa::cli
