@@ -22,9 +22,8 @@ double parse_finite_double(std::string_view flag, const std::string& text) {
   if (text.empty() || end != begin + text.size() || std::isspace(static_cast<unsigned char>(text.front()))) {
     throw UsageError(fmt::format("{}: expected a number, got '{}'", flag, text));
   }
-  if (!std::isfinite(x) || errno == ERANGE) {
-    throw UsageError(fmt::format("{}: expected a finite number, got '{}'", flag, text));
-  }
+  if (!std::isfinite(x)) throw UsageError(fmt::format("{}: expected a finite number, got '{}'", flag, text));
+  if (errno == ERANGE) throw UsageError(fmt::format("{}: expected a number in double range, got '{}'", flag, text));
   return x;
 }
 
@@ -101,7 +100,9 @@ std::string Table::render(int indent) const {
     headers.push_back(columns_[c].header);
     rules.emplace_back(width[c], '-');
   }
-  std::string out = line(headers) + line(rules);
+  // A table whose headers are all empty is a plain aligned list: no header lines.
+  const bool headed = std::any_of(columns_.begin(), columns_.end(), [](const Column& c) { return !c.header.empty(); });
+  std::string out = headed ? line(headers) + line(rules) : std::string();
   for (const auto& row : rows_) out += line(row);
   return out;
 }

@@ -28,7 +28,8 @@ std::size_t display_width(std::string_view s);
 
 enum class Align { left, right };
 
-// A text table: columns padded to their widest cell, a rule under the header.
+// A text table: columns padded to their widest cell, a rule under the header
+// (no header lines when every header is empty).
 class Table {
  public:
   struct Column {

@@ -71,8 +71,12 @@ void check_dtype(const TensorView& t, const char* name, Path path) {
     throw Error(name, path == Path::fast ? "float32" : "float32 or float64", dtype_name(t.dtype));
 }
 
+// what: "batch B (from q)" -> message "expected batch B=2 (from q), got 1 in [1, 4, 5, 8]".
 void check_size(const TensorView& t, const char* name, int axis, std::int64_t want, const std::string& what) {
-  if (t.shape[axis] != want) throw Error(name, what + "=" + str(want), str(t.shape[axis]) + " in " + dims(t));
+  const auto paren = what.find(" (");
+  const std::string label = paren == std::string::npos ? what + "=" + str(want)
+                                                       : what.substr(0, paren) + "=" + str(want) + what.substr(paren);
+  if (t.shape[axis] != want) throw Error(name, label, str(t.shape[axis]) + " in " + dims(t));
 }
 
 Operand operand(const TensorView& t) {

@@ -1,0 +1,167 @@
+// Every rejected call throws sdpa::Error naming the argument, what was
+// expected and what was given, and writes nothing to the outputs.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <vector>
+
+#include "sdpa/attention.h"
+
+namespace sdpa {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Call {
+  std::int64_t b = 2, h = 4, h_kv = 2, n_q = 5, n_kv = 6, d = 8, dv = 3;
+  std::vector<float> q, k, v, o, lse;
+  Options opt;
+  TensorView qv, kv, vv, ov;
+  Call() {
+    q.assign(b * h * n_q * d, 0.5f);
+    k.assign(b * h_kv * n_kv * d, 0.25f);
+    v.assign(b * h_kv * n_kv * dv, 1.0f);
+    o.assign(b * h * n_q * dv, 42.0f);  // sentinel: must survive a rejected call
+    lse.assign(b * h * n_q, 42.0f);
+    qv = TensorView::contiguous(q.data(), {b, h, n_q, d});
+    kv = TensorView::contiguous(k.data(), {b, h_kv, n_kv, d});
+    vv = TensorView::contiguous(v.data(), {b, h_kv, n_kv, dv});
+    ov = TensorView::contiguous(o.data(), {b, h, n_q, dv});
+  }
+  void run() { attention(qv, kv, vv, ov, opt); }
+};
+
+// Runs the mutated call, expects sdpa::Error mentioning arg and each fragment,
+// and checks that O and lse still hold their sentinels.
+void expect_rejected(const std::function<void(Call&)>& mutate, const std::string& arg,
+                     std::vector<std::string> fragments) {
+  Call c;
+  mutate(c);
+  try {
+    c.run();
+    ADD_FAILURE() << "accepted a bad call; expected an error about " << arg;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.arg(), arg) << e.what();
+    EXPECT_THAT(e.what(), HasSubstr("expected")) << e.what();
+    for (const std::string& f : fragments) EXPECT_THAT(e.what(), HasSubstr(f));
+  }
+  for (float x : c.o) ASSERT_EQ(x, 42.0f) << "O was written by a rejected call";
+  for (float x : c.lse) ASSERT_EQ(x, 42.0f) << "lse was written by a rejected call";
+}
+
+TEST(Errors, valid_call_is_accepted) {
+  Call c;
+  c.run();
+  EXPECT_FLOAT_EQ(c.o[0], 1.0f);
+}
+
+TEST(Errors, wrong_rank) {
+  expect_rejected([](Call& c) { c.qv = TensorView::contiguous(c.q.data(), {c.h, c.n_q, c.d}); }, "q",
+                  {"4-D", "rank 3"});
+}
+
+TEST(Errors, mismatched_batch) {
+  expect_rejected([](Call& c) { c.kv.shape[0] = 1; }, "k", {"batch B=2", "got 1"});
+}
+
+TEST(Errors, mismatched_head_size) {
+  expect_rejected([](Call& c) { c.kv = TensorView::contiguous(c.k.data(), {2, 2, 6, 4}); }, "k", {"head size d=8"});
+}
+
+TEST(Errors, heads_not_a_multiple) {
+  expect_rejected([](Call& c) { c.kv = TensorView::contiguous(c.k.data(), {2, 3, 4, 8}); }, "k",
+                  {"dividing H=4", "got 3"});
+}
+
+TEST(Errors, v_keys_differ_from_k) {
+  expect_rejected([](Call& c) { c.vv.shape[2] = 5; }, "v", {"keys Nkv=6"});
+}
+
+TEST(Errors, output_shape) {
+  expect_rejected([](Call& c) { c.ov.shape[3] = 4; }, "o", {"value size dv=3", "got 4"});
+  expect_rejected([](Call& c) { c.ov.shape[2] = 4; }, "o", {"queries Nq=5"});
+}
+
+TEST(Errors, non_contiguous_last_axis) {
+  expect_rejected([](Call& c) { c.qv.stride[3] = 2; }, "q", {"contiguous last axis", "stride 2"});
+}
+
+TEST(Errors, null_data_with_elements) {
+  expect_rejected([](Call& c) { c.vv.data = nullptr; }, "v", {"non-null", "nullptr"});
+}
+
+TEST(Errors, output_overlapping_an_input) {
+  expect_rejected([](Call& c) { c.ov.data = c.q.data(); }, "o", {"disjoint from input q"});
+  expect_rejected(
+      [](Call& c) {
+        c.opt.lse = TensorView::contiguous(c.lse.data(), {c.b, c.h, c.n_q});
+        c.opt.lse.data = c.o.data();
+      },
+      "lse", {"disjoint from output o"});
+}
+
+TEST(Errors, bad_scale) {
+  for (double s : {0.0, -1.0, std::nan(""), double(INFINITY), 1e300}) {
+    expect_rejected([s](Call& c) { c.opt.scale = s; }, "scale", {"expected"});
+  }
+}
+
+TEST(Errors, wrong_dtype) {
+  expect_rejected([](Call& c) { c.qv.dtype = DType::f64; }, "q", {"float32", "float64"});
+}
+
+TEST(Errors, bad_lse_shape) {
+  expect_rejected([](Call& c) { c.opt.lse = TensorView::contiguous(c.lse.data(), {c.b, c.h, c.n_q - 1}); }, "lse",
+                  {"queries Nq=5"});
+}
+
+TEST(Errors, probs_too_large_is_refused) {
+  // The size check needs no memory behind the view: it happens before any access.
+  expect_rejected(
+      [](Call& c) {
+        static float dummy;
+        c.opt.probs = TensorView::contiguous(&dummy, {c.b, c.h, c.n_q, c.n_kv});
+        c.opt.probs.shape = {c.b, c.h, c.n_q, c.n_kv};
+        c.opt.probs.stride = {0, 0, 0, 1};
+        c.qv.shape[2] = c.ov.shape[2] = c.opt.probs.shape[2] = kMaxProbsElements;  // B*H*Nq*Nkv far too big
+        c.qv.stride = {0, 0, 0, 1};
+        c.ov.stride = {0, 0, 0, 1};
+      },
+      "probs", {"at most"});
+}
+
+TEST(Errors, bad_threads) {
+  expect_rejected([](Call& c) { c.opt.threads = -1; }, "threads", {"got -1"});
+}
+
+TEST(Errors, isa_the_cpu_lacks) {
+  expect_rejected([](Call& c) { c.opt.isa = Isa::neon; }, "isa", {"this CPU supports", "neon"});
+  EXPECT_THROW(parse_isa("sse9"), Error);
+}
+
+TEST(Errors, sdpa_isa_environment_variable) {
+  ::setenv("SDPA_ISA", "scalar", 1);
+  EXPECT_EQ(resolve_isa(Isa::automatic), Isa::scalar);
+  ::setenv("SDPA_ISA", "bogus", 1);
+  try {
+    resolve_isa(Isa::automatic);
+    ADD_FAILURE() << "accepted SDPA_ISA=bogus";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.arg(), "SDPA_ISA");
+  }
+  ::unsetenv("SDPA_ISA");
+  EXPECT_EQ(resolve_isa(Isa::automatic), resolve_isa(Isa::automatic));
+  EXPECT_EQ(resolve_isa(Isa::scalar), Isa::scalar);  // an explicit choice wins over the environment
+}
+
+TEST(Errors, the_oracle_checks_the_same_invariants) {
+  Call c;
+  c.kv.shape[0] = 1;
+  EXPECT_THROW(reference_attention(c.qv, c.kv, c.vv, c.ov, c.opt), Error);
+}
+
+}  // namespace
+}  // namespace sdpa
