@@ -58,6 +58,9 @@ std::int64_t round_up(std::int64_t a, std::int64_t b) { return ceil_div(a, b) * 
 // about kMinItems items exist. A constant, not the thread count: determinism.
 constexpr std::int64_t kMinItems = 64;
 constexpr std::int64_t kMinChunkKeys = 256;
+// Blocks of at most this many rows (decode: Nq * group small) compute scores
+// straight from K rows: packing a transposed tile would cost more than using it.
+constexpr int kDirectRows = 8;
 
 struct Plan {
   int br = 0, bc = 0, w = 1;
@@ -193,8 +196,13 @@ class Runner {
   // whether the tile straddles the causal frontier (then row_end is filled).
   bool score_tile(const Block& bl, const float* qs, std::int64_t t0, int n, int bc_pad, float* kt, float* s,
                   int* row_end, std::int64_t full_end) {
-    ks_.pack_kt(p_.k.at<const float>(bl.b, bl.hk, t0), p_.k.stride_n, n, static_cast<int>(p_.d), kt, bc_pad);
-    ks_.scores(qs, bl.nr, static_cast<int>(p_.d), kt, bc_pad, s);
+    const float* k = p_.k.at<const float>(bl.b, bl.hk, t0);
+    if (bl.nr <= kDirectRows) {
+      ks_.scores_direct(qs, bl.nr, static_cast<int>(p_.d), k, p_.k.stride_n, n, s, bc_pad);
+    } else {
+      ks_.pack_kt(k, p_.k.stride_n, n, static_cast<int>(p_.d), kt, bc_pad);
+      ks_.scores(qs, bl.nr, static_cast<int>(p_.d), kt, bc_pad, s);
+    }
     const bool masked = t0 + n > full_end;
     for (int rr = 0; rr < bl.nr; ++rr) {
       int end = n;

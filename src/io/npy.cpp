@@ -729,7 +729,11 @@ void write_npy(const std::string& path, DType dtype, std::span<const std::int64_
   // Validate everything before touching the file system.
   std::size_t nbytes = 0;
   const std::string header = make_header(dtype, shape, data, path, nbytes);
+  write_file_atomic(path, header.data(), header.size(), data, nbytes);
+}
 
+void write_file_atomic(const std::string& path, const void* head, std::size_t head_bytes, const void* body,
+                       std::size_t body_bytes) {
   std::string tmp;
   Fd fd(create_temp(path, tmp));
   if (fd.get() < 0) {
@@ -752,9 +756,11 @@ void write_npy(const std::string& path, DType dtype, std::span<const std::int64_
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) ::fchmod(fd.get(), st.st_mode & 07777);
 
-  if (int err = write_all(fd.get(), header.data(), header.size())) throw fail("write to", err);
-  if (nbytes > 0) {
-    if (int err = write_all(fd.get(), data, nbytes)) throw fail("write to", err);
+  if (head_bytes > 0) {
+    if (int err = write_all(fd.get(), head, head_bytes)) throw fail("write to", err);
+  }
+  if (body_bytes > 0) {
+    if (int err = write_all(fd.get(), body, body_bytes)) throw fail("write to", err);
   }
   if (::fsync(fd.get()) != 0) throw fail("fsync", errno);
   if (int err = fd.reset()) throw fail("close", err);

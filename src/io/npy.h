@@ -93,5 +93,8 @@ std::vector<std::byte> encode_npy(DType dtype, std::span<const std::int64_t> sha
 // fsyncs, then rename()s over `path`. On any failure the temporary file is removed
 // and sdpa::Error is thrown; `path` is then untouched (no partial file ever).
 void write_npy(const std::string& path, DType dtype, std::span<const std::int64_t> shape, const void* data);
+// The same atomic write for any bytes: head then body (either may be empty).
+void write_file_atomic(const std::string& path, const void* head, std::size_t head_bytes, const void* body = nullptr,
+                       std::size_t body_bytes = 0);
 
 }  // namespace sdpa::io

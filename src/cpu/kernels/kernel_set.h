@@ -24,6 +24,11 @@ struct KernelSet {
   // S [rows x bc_pad] = Qs [rows x d] · Kt [d x bc_pad].
   void (*scores)(const float* qs, int rows, int d, const float* kt, int bc_pad, float* s);
 
+  // S [rows x n] (rows s_stride apart) = Qs [rows x d] · K[n x d]ᵀ, K read in
+  // place with rows k_stride apart: the kernel for blocks of few rows.
+  void (*scores_direct)(const float* qs, int rows, int d, const float* k, std::int64_t k_stride, int n, float* s,
+                        int s_stride);
+
   // Online-softmax step over a score tile whose invisible entries are -inf.
   // Per row r: m_new = max(m[r], max_j s[r,j]) (NaN is sticky), alpha[r] =
   // exp(m[r] - m_new), s[r,j] <- exp(s[r,j] - m_new), l[r] = l[r]*alpha[r] +

@@ -57,6 +57,65 @@ static void scores(const float* qs, int rows, int d, const float* kt, int bc_pad
   }
 }
 
+// ---- S = Qs · Kᵀ read in place, for blocks of few rows (decode) -------------
+//
+// With 1-8 query rows per block, transposing each K tile would cost more than
+// the scores themselves. Instead M rows x 2 keys of dot products run along d,
+// one accumulator vector each (2*M <= 8 chains plus 2 key loads per step), and
+// are reduced across lanes once per key pair.
+
+template <int M>
+static inline void scores_direct_block(const float* qs, int d, const float* k0, const float* k1, float* s, int s_stride) {
+  Vec acc[M][2];
+#pragma GCC unroll 4
+  for (int m = 0; m < M; ++m) acc[m][0] = acc[m][1] = vzero();
+  int c = 0;
+  for (; c + W <= d; c += W) {
+    const Vec b0 = vload(k0 + c), b1 = vload(k1 + c);
+#pragma GCC unroll 4
+    for (int m = 0; m < M; ++m) {
+      const Vec a = vload(qs + m * d + c);
+      acc[m][0] = vfma(a, b0, acc[m][0]);
+      acc[m][1] = vfma(a, b1, acc[m][1]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int m = 0; m < M; ++m) {
+    float t0 = hsum(acc[m][0]), t1 = hsum(acc[m][1]);
+    for (int cc = c; cc < d; ++cc) {
+      t0 += qs[m * d + cc] * k0[cc];
+      t1 += qs[m * d + cc] * k1[cc];
+    }
+    s[m * s_stride] = t0;
+    s[m * s_stride + 1] = t1;
+  }
+}
+
+template <int M>
+static void scores_direct_rows(const float* qs, int d, const float* k, std::int64_t k_stride, int n, float* s,
+                               int s_stride) {
+  int j = 0;
+  for (; j + 2 <= n; j += 2) scores_direct_block<M>(qs, d, k + j * k_stride, k + (j + 1) * k_stride, s + j, s_stride);
+  if (j < n) {
+    float tail[M][2];
+    scores_direct_block<M>(qs, d, k + j * k_stride, k + j * k_stride, &tail[0][0], 2);
+#pragma GCC unroll 4
+    for (int m = 0; m < M; ++m) s[m * s_stride + j] = tail[m][0];
+  }
+}
+
+static void scores_direct(const float* qs, int rows, int d, const float* k, std::int64_t k_stride, int n, float* s,
+                          int s_stride) {
+  int r = 0;
+  for (; r + 4 <= rows; r += 4) scores_direct_rows<4>(qs + r * d, d, k, k_stride, n, s + r * s_stride, s_stride);
+  switch (rows - r) {
+    case 0: break;
+    case 1: scores_direct_rows<1>(qs + r * d, d, k, k_stride, n, s + r * s_stride, s_stride); break;
+    case 2: scores_direct_rows<2>(qs + r * d, d, k, k_stride, n, s + r * s_stride, s_stride); break;
+    default: scores_direct_rows<3>(qs + r * d, d, k, k_stride, n, s + r * s_stride, s_stride); break;
+  }
+}
+
 // ---- K tile packing (transpose) ----------------------------------------------
 
 [[maybe_unused]] static void pack_kt_generic(const float* k, std::int64_t k_stride, int n, int d, float* kt, int bc_pad) {

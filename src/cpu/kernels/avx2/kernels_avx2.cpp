@@ -64,6 +64,7 @@ namespace sdpa::cpu {
 void init_kernels_avx2(KernelSet& ks) {
   ks.pack_kt = avx2::pack_kt;
   ks.scores = avx2::scores;
+  ks.scores_direct = avx2::scores_direct;
   ks.softmax_step = avx2::softmax_step;
   ks.pv = avx2::pv;
   ks.probs = avx2::probs;

@@ -16,6 +16,7 @@ namespace sdpa::cpu {
 void init_kernels_scalar(KernelSet& ks) {
   ks.pack_kt = scalar::pack_kt_generic;
   ks.scores = scalar::scores;
+  ks.scores_direct = scalar::scores_direct;
   ks.softmax_step = scalar::softmax_step;
   ks.pv = scalar::pv;
   ks.probs = scalar::probs;

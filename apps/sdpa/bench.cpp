@@ -1,0 +1,219 @@
+// sdpa bench: sdpa against the machine's own ceilings and a BLAS baseline, in
+// one run.
+//
+// For the same thread count it measures (a) the FMA peak (independent FMA
+// chains), (b) DRAM read bandwidth, then per shape (c) sdpa and (d) the
+// baseline everyone writes first: scores materialised with OpenBLAS sgemm,
+// softmax, sgemm. FLOPs = 4·B·H·Nq·Nkv·d (QKᵀ and PV only), halved for causal
+// with Nq = Nkv. Decode shapes (Nq = 1) are memory-bound: they report the K/V
+// bytes read per second against the measured bandwidth. Peak memory is the
+// process's high-water RSS for the shape (reset before each shape through
+// /proc/self/clear_refs) above the RSS before the shape's buffers were
+// allocated, next to the size of those inputs and outputs.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "commands.h"
+#include "io/npy.h"
+#include "sdpa/attention.h"
+#include "support/blas_baseline.h"
+#include "support/machine.h"
+
+namespace sdpa::cli {
+namespace {
+
+struct Shape {
+  std::string kind;  // "prefill" or "decode"
+  std::int64_t b, h, h_kv, n_q, n_kv, d;
+  bool causal;
+};
+
+struct Row {
+  Shape s;
+  double ms = 0, gflops = 0, pct_peak = 0, gbs = 0, pct_bw = 0;
+  double blas_ms = 0, speedup = 0;
+  double io_mib = 0, peak_mib = 0;
+};
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// VmHWM / VmRSS from /proc/self/status, in MiB (0 where unavailable).
+double proc_status_mib(const char* key) {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind(key, 0) == 0) return std::stod(line.substr(std::string(key).size())) / 1024.0;
+  return 0;
+}
+
+void reset_peak_rss() {
+  std::ofstream f("/proc/self/clear_refs");
+  if (f) f << "5";
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+template <class F>
+double time_ms(int repeats, F&& f) {
+  f();  // warm-up: page faults, thread start-up, caches
+  std::vector<double> t;
+  for (int r = 0; r < repeats; ++r) {
+    const double t0 = now_s();
+    f();
+    t.push_back((now_s() - t0) * 1e3);
+  }
+  return median(t);
+}
+
+std::vector<Shape> default_shapes(const std::string& which, const std::vector<std::int64_t>& ns) {
+  std::vector<Shape> out;
+  if (which == "all" || which == "prefill")
+    for (std::int64_t d : {64, 128})
+      for (bool causal : {false, true})
+        for (std::int64_t n : ns) out.push_back({"prefill", 1, 8, 8, n, n, d, causal});
+  if (which == "all" || which == "decode")
+    for (std::int64_t n : {1024, 4096, 16384}) out.push_back({"decode", 1, 32, 8, 1, n, 128, false});
+  return out;
+}
+
+Row measure(const Shape& s, const Isa isa, int threads, int repeats, bool baseline, double peak, double bw) {
+  Row row;
+  row.s = s;
+  reset_peak_rss();
+  const double rss0 = proc_status_mib("VmRSS:");
+  std::mt19937 rng(42);
+  std::normal_distribution<float> normal;
+  std::vector<float> q(s.b * s.h * s.n_q * s.d), k(s.b * s.h_kv * s.n_kv * s.d), v(k.size()),
+      o(s.b * s.h * s.n_q * s.d);
+  for (auto* x : {&q, &k, &v})
+    for (float& e : *x) e = normal(rng);
+  row.io_mib = (q.size() + k.size() + v.size() + o.size()) * 4.0 / (1 << 20);
+  Options opt;
+  opt.causal = s.causal;
+  opt.threads = threads;
+  opt.isa = isa;
+  const TensorView qv = TensorView::contiguous(q.data(), {s.b, s.h, s.n_q, s.d});
+  const TensorView kv = TensorView::contiguous(k.data(), {s.b, s.h_kv, s.n_kv, s.d});
+  const TensorView vv = TensorView::contiguous(v.data(), {s.b, s.h_kv, s.n_kv, s.d});
+  const TensorView ov = TensorView::contiguous(o.data(), {s.b, s.h, s.n_q, s.d});
+  row.ms = time_ms(repeats, [&] { attention(qv, kv, vv, ov, opt); });
+  row.peak_mib = proc_status_mib("VmHWM:") - rss0;  // includes the inputs and outputs
+
+  double flop = 4.0 * s.b * s.h * s.n_q * s.n_kv * s.d;
+  if (s.causal && s.n_q == s.n_kv) flop /= 2;
+  row.gflops = flop / row.ms / 1e6;
+  row.pct_peak = 100 * row.gflops / peak;
+  const double kv_bytes = 2.0 * s.b * s.h_kv * s.n_kv * s.d * 4;
+  row.gbs = kv_bytes / row.ms / 1e6;
+  row.pct_bw = 100 * row.gbs / bw;
+  if (baseline) {
+    std::vector<float> scratch, ob(o.size());
+    row.blas_ms = time_ms(repeats, [&] {
+      sdpa::bench::blas_attention(q.data(), k.data(), v.data(), ob.data(), s.b, s.h, s.h_kv, s.n_q, s.n_kv, s.d, s.d,
+                                  static_cast<float>(1 / std::sqrt(double(s.d))), s.causal, threads, scratch);
+    });
+    row.speedup = row.blas_ms / row.ms;
+  }
+  return row;
+}
+
+int run_bench(const std::string& which, std::vector<std::int64_t> ns, int threads, int repeats, bool baseline,
+              const std::string& isa_flag, const std::string& json_path) {
+  if (threads < 0) throw UsageError("--threads: expected >= 0, got " + std::to_string(threads));
+  if (repeats < 1) throw UsageError("--repeats: expected >= 1, got " + std::to_string(repeats));
+  if (which != "all" && which != "prefill" && which != "decode")
+    throw UsageError("--shapes: expected all, prefill or decode, got '" + which + "'");
+  Isa isa;
+  try {
+    isa = parse_isa(isa_flag);
+  } catch (const Error& e) {
+    throw UsageError(std::string("--isa: ") + e.what());
+  }
+  isa = resolve_isa(isa);
+  const int t = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::sort(ns.begin(), ns.end());
+
+  std::printf("machine: %u hardware threads; measuring with %d thread%s, isa %s\n", std::thread::hardware_concurrency(),
+              t, t == 1 ? "" : "s", isa_name(isa));
+  const sdpa::bench::MachineCeilings m = sdpa::bench::measure_machine(t);
+  std::printf("FMA peak (float32, %d threads): %.1f GFLOP/s    DRAM read bandwidth: %.1f GB/s\n\n", t,
+              m.fma_peak_gflops, m.read_bw_gbs);
+
+  std::printf("%-8s %3s %3s %4s %6s %6s %4s %-6s %9s %8s %7s %8s %6s %9s %8s %9s %9s\n", "shape", "B", "H", "Hkv", "Nq",
+              "Nkv", "d", "causal", "ms", "GFLOP/s", "%peak", "GB/s", "%bw", "blas ms", "speedup", "io MiB", "peak MiB");
+  std::vector<Row> rows;
+  for (const Shape& s : default_shapes(which, ns)) {
+    const Row r = measure(s, isa, t, repeats, baseline, m.fma_peak_gflops, m.read_bw_gbs);
+    rows.push_back(r);
+    const bool dec = s.kind == "decode";
+    std::printf("%-8s %3lld %3lld %4lld %6lld %6lld %4lld %-6s %9.2f %8.1f %6.1f%% %8s %6s %9s %8s %9.1f %9.1f\n",
+                s.kind.c_str(), (long long)s.b, (long long)s.h, (long long)s.h_kv, (long long)s.n_q,
+                (long long)s.n_kv, (long long)s.d, s.causal ? "yes" : "no", r.ms, r.gflops, r.pct_peak,
+                dec ? fmt::format("{:.1f}", r.gbs).c_str() : "-", dec ? fmt::format("{:.1f}%", r.pct_bw).c_str() : "-",
+                baseline ? fmt::format("{:.2f}", r.blas_ms).c_str() : "-",
+                baseline ? fmt::format("{:.2f}x", r.speedup).c_str() : "-", r.io_mib, r.peak_mib);
+    std::fflush(stdout);
+  }
+
+  if (!json_path.empty()) {
+    std::ostringstream js;
+    js << "{\n  \"threads\": " << t << ", \"isa\": \"" << isa_name(isa) << "\", \"fma_peak_gflops\": "
+       << m.fma_peak_gflops << ", \"read_bw_gbs\": " << m.read_bw_gbs << ",\n  \"shapes\": [\n";
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      js << "    {\"kind\": \"" << r.s.kind << "\", \"B\": " << r.s.b << ", \"H\": " << r.s.h << ", \"Hkv\": " << r.s.h_kv
+         << ", \"Nq\": " << r.s.n_q << ", \"Nkv\": " << r.s.n_kv << ", \"d\": " << r.s.d
+         << ", \"causal\": " << (r.s.causal ? "true" : "false") << ", \"ms\": " << r.ms << ", \"gflops\": " << r.gflops
+         << ", \"pct_peak\": " << r.pct_peak << ", \"kv_gbs\": " << r.gbs << ", \"pct_bw\": " << r.pct_bw;
+      if (baseline) js << ", \"blas_ms\": " << r.blas_ms << ", \"speedup\": " << r.speedup;
+      js << ", \"io_mib\": " << r.io_mib << ", \"peak_mib\": " << r.peak_mib << "}" << (i + 1 < rows.size() ? "," : "")
+         << "\n";
+    }
+    js << "  ]\n}\n";
+    const std::string text = js.str();
+    io::write_file_atomic(json_path, text.data(), text.size());
+    std::printf("\nwrote %s\n", json_path.c_str());
+  }
+  return kExitOk;
+}
+
+const Registrar reg{{"bench", "Benchmark sdpa against the measured FMA peak, DRAM bandwidth and an OpenBLAS baseline",
+                     [](CLI::App& sub) -> std::function<int()> {
+                       auto which = std::make_shared<std::string>("all");
+                       auto ns = std::make_shared<std::vector<std::int64_t>>(
+                           std::vector<std::int64_t>{512, 1024, 2048, 4096, 8192});
+                       auto threads = std::make_shared<int>(0);
+                       auto repeats = std::make_shared<int>(3);
+                       auto no_baseline = std::make_shared<bool>(false);
+                       auto isa = std::make_shared<std::string>("auto");
+                       auto json = std::make_shared<std::string>();
+                       sub.add_option("--shapes", *which, "all, prefill or decode")->capture_default_str();
+                       sub.add_option("--n", *ns, "prefill sequence lengths N (Nq = Nkv)")->capture_default_str();
+                       sub.add_option("--threads", *threads, "threads (0 = all hardware threads)")
+                           ->capture_default_str();
+                       sub.add_option("--repeats", *repeats, "timed repeats per shape (the median is reported)")
+                           ->capture_default_str();
+                       sub.add_flag("--no-baseline", *no_baseline, "skip the OpenBLAS baseline");
+                       sub.add_option("--isa", *isa, "auto, scalar or avx2")->capture_default_str();
+                       sub.add_option("--json", *json, "also write the results as JSON to this file");
+                       return [=] { return run_bench(*which, *ns, *threads, *repeats, !*no_baseline, *isa, *json); };
+                     },
+                     60}};
+
+}  // namespace
+}  // namespace sdpa::cli
