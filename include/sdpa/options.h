@@ -11,6 +11,21 @@
 
 namespace sdpa {
 
+// Where query i sits among the keys: at position p = i + offset.
+//   bottom_right: offset = Nkv - Nq (the last query is aligned with the last key;
+//                 FlashAttention's and ONNX-with-a-cache convention; the default)
+//   top_left:     offset = 0 (PyTorch's is_causal)
+// Options::position_offsets, when set, gives the offset per batch entry instead.
+enum class Align : std::uint8_t { bottom_right, top_left };
+
+// What Options::scores receives (the stages of ONNX Attention's qk_matmul_output_mode).
+enum class ScoresStage : std::uint8_t {
+  scaled = 0,       // scale * q·k
+  softcapped = 1,   // after the softcap (equal to `scaled` without one)
+  masked = 2,       // after adding the float mask and ALiBi bias; -inf where a key is not visible
+  probabilities = 3 // the softmax itself (0 at invisible keys, rows of 0 where nothing is visible)
+};
+
 // Instruction sets with a kernel. `automatic` picks the best one the CPU and OS
 // support; naming one the CPU lacks is an error. The SDPA_ISA environment
 // variable (scalar|avx2) overrides `automatic`.
@@ -26,12 +41,44 @@ struct Options {
   // Must be finite and > 0.
   std::optional<double> scale;
 
-  // Causal masking aligned to the bottom-right corner: key j is visible to
-  // query i iff j <= i + (Nkv - Nq). With Nq == Nkv this is the usual lower
-  // triangle; with Nq < Nkv (a query block at the end of a KV cache) the last
-  // query sees every key; with Nq > Nkv the first Nq - Nkv queries see no key
-  // (their output is 0 and their lse is -inf).
+  // Causal masking: key j is visible to query i iff j <= p, p = i + offset (see
+  // Align; bottom-right by default, so j <= i + (Nkv - Nq)). With Nq == Nkv this
+  // is the usual lower triangle; with Nq < Nkv (a query block at the end of a KV
+  // cache) the last query sees every key; with Nq > Nkv the first Nq - Nkv
+  // queries see no key (their output is 0 and their lse is -inf).
   bool causal = false;
+
+  // Alignment of queries against keys, for causal, window and ALiBi.
+  Align align = Align::bottom_right;
+  // Optional [B] int32 or int64: the offset of batch entry b (overrides align).
+  TensorView position_offsets;
+  // Optional [B] int32 or int64 in [0, Nkv]: keys j >= key_lengths[b] are
+  // padding, invisible to every query of batch entry b.
+  TensorView key_lengths;
+
+  // Sliding window: query at position p sees keys p - window_left <= j <= p + window_right;
+  // -1 = unbounded on that side (FlashAttention's window_size). Tiles wholly
+  // outside the window are skipped, so cost grows with N·window, not N².
+  std::int64_t window_left = -1;
+  std::int64_t window_right = -1;
+
+  // Optional explicit mask, broadcastable to [B, H, Nq, Nkv] by NumPy rules
+  // (rank 1..4, aligned from the right, each axis 1 or full size; read through
+  // strides, zero for broadcast axes, never expanded). bool: true = may attend.
+  // float32/float16: added to the scaled (and softcapped) scores; -inf disables a key.
+  TensorView mask;
+
+  // Optional ALiBi slopes, float32 [H] or [B, H]: bias -slope·|p - j| is added
+  // to the score of key j for a query at position p (generated on the fly).
+  TensorView alibi_slopes;
+
+  // Softcap c > 0: s <- c·tanh(s / c) on the scaled score, before masks and
+  // biases (so -inf stays -inf). 0 = off.
+  double softcap = 0.0;
+
+  // Optional attention sinks, float32 [H]: a per-head logit that joins the
+  // softmax's denominator as an extra key whose value is zero. lse includes it.
+  TensorView sinks;
 
   // Worker threads: 0 = one per hardware thread. Results are bitwise identical
   // for every thread count.
@@ -47,6 +94,10 @@ struct Options {
   //                 contiguous, at most kMaxProbsElements elements.
   TensorView lse;
   TensorView probs;
+  // scores [B, H, Nq, Nkv]: the scores at `scores_stage` (ONNX qk_matmul_output),
+  // at most kMaxProbsElements elements.
+  TensorView scores;
+  ScoresStage scores_stage = ScoresStage::scaled;
 };
 
 }  // namespace sdpa

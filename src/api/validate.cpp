@@ -89,6 +89,87 @@ Operand operand(const TensorView& t) {
   return op;
 }
 
+// A [B] vector of int32/int64 (per-batch offsets, key lengths).
+Broadcast batch_ints(const TensorView& t, const char* name, std::int64_t b) {
+  check_view(t, name, 1, "[B]");
+  if (t.dtype != DType::i32 && t.dtype != DType::i64)
+    throw Error(name, "int32 or int64", dtype_name(t.dtype));
+  check_size(t, name, 0, b, "batch B (from q)");
+  Broadcast r;
+  r.data = t.data;
+  r.dtype = t.dtype;
+  r.stride_b = t.stride[0];
+  return r;
+}
+
+// A view broadcastable to `full` by NumPy rules (aligned from the right, each
+// axis 1 or full size), as strides over the full axes (0 where broadcast).
+Broadcast broadcast(const TensorView& t, const char* name, const std::int64_t (&full)[4], const char* axes) {
+  if (t.rank < 1 || t.rank > 4)
+    throw Error(name, std::string("rank 1..4, broadcastable to ") + axes, "rank " + str(t.rank));
+  for (int a = 0; a < t.rank; ++a)
+    if (t.shape[a] < 0) throw Error(name, "non-negative sizes", dims(t));
+  if (t.numel() > 0 && t.data == nullptr) throw Error(name, "non-null data", "nullptr");
+  std::int64_t st[4] = {0, 0, 0, 0};
+  for (int a = 0; a < t.rank; ++a) {
+    const int f = 4 - t.rank + a;  // the full axis this one lines up with
+    if (t.shape[a] != 1 && t.shape[a] != full[f])
+      throw Error(name, std::string("a shape broadcastable to ") + axes + " = [" + str(full[0]) + ", " + str(full[1]) +
+                            ", " + str(full[2]) + ", " + str(full[3]) + "] (each axis 1 or full size)",
+                  dims(t));
+    st[f] = t.shape[a] == 1 ? 0 : t.stride[a];
+  }
+  Broadcast r;
+  r.data = t.data;
+  r.dtype = t.dtype;
+  r.stride_b = st[0];
+  r.stride_h = st[1];
+  r.stride_i = st[2];
+  r.stride_j = st[3];
+  return r;
+}
+
+void check_modifiers(Params& p, const Options& opt, Path path) {
+  if (opt.position_offsets.is_set()) p.position_offsets = batch_ints(opt.position_offsets, "position_offsets", p.b);
+  if (opt.key_lengths.is_set()) {
+    p.key_lengths = batch_ints(opt.key_lengths, "key_lengths", p.b);
+    for (std::int64_t b = 0; b < p.b; ++b) {
+      const std::int64_t n = Params::read_int(p.key_lengths, b);
+      if (n < 0 || n > p.n_kv)
+        throw Error("key_lengths", "values in [0, Nkv=" + str(p.n_kv) + "]", str(n) + " at [" + str(b) + "]");
+    }
+  }
+  if (opt.mask.is_set()) {
+    const DType t = opt.mask.dtype;
+    const bool ok = t == DType::boolean || t == DType::f32 || t == DType::f16 || (path == Path::reference && t == DType::f64);
+    if (!ok) throw Error("mask", "bool, float32 or float16", dtype_name(t));
+    const std::int64_t full[4] = {p.b, p.h, p.n_q, p.n_kv};
+    p.mask = broadcast(opt.mask, "mask", full, "[B, H, Nq, Nkv]");
+  }
+  if (opt.alibi_slopes.is_set()) {
+    const TensorView& t = opt.alibi_slopes;
+    if (t.dtype != DType::f32) throw Error("alibi_slopes", "float32", dtype_name(t.dtype));
+    if (t.rank == 1) {
+      check_size(t, "alibi_slopes", 0, p.h, "heads H (from q)");
+    } else if (t.rank == 2) {
+      check_size(t, "alibi_slopes", 0, p.b, "batch B (from q)");
+      check_size(t, "alibi_slopes", 1, p.h, "heads H (from q)");
+    } else {
+      throw Error("alibi_slopes", "shape [H] or [B, H]", dims(t));
+    }
+    const std::int64_t full[4] = {p.b, p.h, 1, 1};
+    p.alibi = broadcast(t, "alibi_slopes", full, "[B, H]");
+  }
+  if (opt.sinks.is_set()) {
+    const TensorView& t = opt.sinks;
+    if (t.dtype != DType::f32) throw Error("sinks", "float32", dtype_name(t.dtype));
+    if (t.rank != 1) throw Error("sinks", "shape [H]", dims(t));
+    check_size(t, "sinks", 0, p.h, "heads H (from q)");
+    const std::int64_t full[4] = {1, p.h, 1, 1};
+    p.sinks = broadcast(t, "sinks", full, "[H]");
+  }
+}
+
 }  // namespace
 
 Params make_params(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
@@ -137,7 +218,15 @@ Params make_params(const TensorView& q, const TensorView& k, const TensorView& v
     p.scale = 1.0 / std::sqrt(static_cast<double>(p.d));
   }
   p.causal = opt.causal;
-  p.causal_offset = p.n_kv - p.n_q;
+  p.offset = opt.align == Align::bottom_right ? p.n_kv - p.n_q : 0;
+  if (opt.window_left < -1) throw Error("window_left", "-1 (unbounded) or a key count >= 0", str(opt.window_left));
+  if (opt.window_right < -1) throw Error("window_right", "-1 (unbounded) or a key count >= 0", str(opt.window_right));
+  p.window_left = opt.window_left;
+  p.window_right = opt.window_right;
+  if (!(opt.softcap >= 0) || !std::isfinite(opt.softcap))
+    throw Error("softcap", "0 (off) or a finite number > 0", std::to_string(opt.softcap));
+  p.softcap = opt.softcap;
+  check_modifiers(p, opt, path);
 
   if (opt.threads < 0 || opt.threads > 1024)
     throw Error("threads", "0 (all hardware threads) or 1..1024", str(opt.threads));
@@ -189,6 +278,27 @@ Params make_params(const TensorView& q, const TensorView& k, const TensorView& v
     if (opt.lse.is_set() && overlap(r, byte_range(opt.lse, "lse")))
       throw Error("probs", "memory disjoint from output lse", "overlapping views");
     p.probs = operand(t);
+  }
+  if (opt.scores.is_set()) {
+    const TensorView& t = opt.scores;
+    check_view(t, "scores", 4, "[B, H, Nq, Nkv]");
+    check_dtype(t, "scores", path);
+    check_size(t, "scores", 0, p.b, "batch B (from q)");
+    check_size(t, "scores", 1, p.h, "heads H (from q)");
+    check_size(t, "scores", 2, p.n_q, "queries Nq (from q)");
+    check_size(t, "scores", 3, p.n_kv, "keys Nkv (from k)");
+    if (t.numel() > kMaxProbsElements)
+      throw Error("scores", "at most " + str(kMaxProbsElements) + " elements (B*H*Nq*Nkv)", str(t.numel()));
+    const ByteRange r = check_output(t, "scores");
+    if (overlap(r, o_range)) throw Error("scores", "memory disjoint from output o", "overlapping views");
+    if (opt.probs.is_set() && overlap(r, byte_range(opt.probs, "probs")))
+      throw Error("scores", "memory disjoint from output probs", "overlapping views");
+    if (opt.lse.is_set() && overlap(r, byte_range(opt.lse, "lse")))
+      throw Error("scores", "memory disjoint from output lse", "overlapping views");
+    const int stage = static_cast<int>(opt.scores_stage);
+    if (stage < 0 || stage > 3) throw Error("scores_stage", "0..3", str(stage));
+    p.scores = operand(t);
+    p.scores_stage = opt.scores_stage;
   }
   return p;
 }

@@ -23,9 +23,12 @@
 // 6 x d strip of Qs (3 KiB at d=128) stays in L1 while it sweeps Kt (32 KiB),
 // and packing Kt costs d*BC moves per tile against BR*BC*d FMAs, 1/96 of the work.
 //
-// Causal: tiles wholly above the frontier are never visited; tiles wholly
-// below it run unmasked; only tiles that straddle it are masked, and there PV
-// reads for each row only the keys it may see.
+// Masks. Causal frontier, sliding window and key padding each cut every row's
+// keys to one interval, so a block visits only the union of its rows'
+// intervals: tiles wholly outside are never computed, tiles every row sees
+// wholly run unmasked, and only tiles that straddle an edge are masked, where
+// PV reads for each row only the keys it may see. An explicit mask, ALiBi and
+// the softcap are applied to each visited score tile (never stored N x N).
 //
 // Split-KV (flash-decoding): when the (b, hk, block) items are too few to keep
 // threads busy (decode), keys are cut into chunks; each chunk yields (m, l,
@@ -34,6 +37,7 @@
 // bitwise identical for any number of threads.
 #include "cpu/driver.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -44,6 +48,7 @@
 #include "cpu/dispatch.h"
 #include "cpu/kernels/denormals.h"
 #include "cpu/threads.h"
+#include "half.h"
 
 namespace sdpa::cpu {
 namespace {
@@ -81,10 +86,10 @@ Plan make_plan(const Params& p, const KernelSet& ks) {
   pl.rows = p.group * p.n_q;
   pl.blocks = ceil_div(pl.rows, pl.br);
   pl.dv_pad = round_up(p.dv, ks.w);
-  pl.pack_v = p.dv % ks.w != 0;
+  pl.pack_v = p.dv % ks.w != 0;  // otherwise V rows are read in place
   pl.chunk = round_up(std::max<std::int64_t>(p.n_kv, 1), pl.bc);
   const std::int64_t base = p.b * p.h_kv * pl.blocks;
-  if (!p.probs.data && base < kMinItems && p.n_kv >= 2 * kMinChunkKeys) {
+  if (!p.probs.data && !p.scores.data && base < kMinItems && p.n_kv >= 2 * kMinChunkKeys) {
     const std::int64_t want = std::min(ceil_div(kMinItems, base), p.n_kv / kMinChunkKeys);
     pl.chunk = round_up(ceil_div(p.n_kv, want), pl.bc);
     pl.splits = ceil_div(p.n_kv, pl.chunk);
@@ -122,6 +127,12 @@ struct Block {
   int nr;
 };
 
+// The keys a block's rows see before explicit masks: their union [lo, hi) and
+// the part [full_lo, full_hi) every row sees (empty when full_lo >= full_hi).
+struct BlockRange {
+  std::int64_t lo, hi, full_lo, full_hi;
+};
+
 class Runner {
  public:
   Runner(const Params& p, const KernelSet& ks, const Plan& pl) : p_(p), ks_(ks), pl_(pl) {
@@ -136,23 +147,20 @@ class Runner {
     std::int64_t rest = idx % per_block;
     const std::int64_t split = rest % pl_.splits;
     rest /= pl_.splits;
-    const Block bl{rest / p_.h_kv, rest % p_.h_kv, blk * pl_.br,
-                   static_cast<int>(std::min<std::int64_t>(pl_.br, pl_.rows - blk * pl_.br))};
-    attend(bl, split);
+    attend(block(rest, blk), split);
   }
 
   void merge(std::int64_t idx) {
-    const std::int64_t blk = idx % pl_.blocks;
-    const std::int64_t bh = idx / pl_.blocks;
-    const Block bl{bh / p_.h_kv, bh % p_.h_kv, blk * pl_.br,
-                   static_cast<int>(std::min<std::int64_t>(pl_.br, pl_.rows - blk * pl_.br))};
+    const Block bl = block(idx / pl_.blocks, idx % pl_.blocks);
     std::vector<double> acc(static_cast<std::size_t>(p_.dv));
     for (int rr = 0; rr < bl.nr; ++rr) {
       double m = -std::numeric_limits<double>::infinity();
       for (std::int64_t s = 0; s < pl_.splits; ++s) {
         const double ms = partial(bl, s, rr)[0];
-        if (std::isnan(ms) || std::isnan(m)) m = std::nan("");
-        else if (ms > m) m = ms;
+        if (std::isnan(ms) || std::isnan(m))
+          m = std::nan("");
+        else if (ms > m)
+          m = ms;
       }
       double l = 0;
       for (double& a : acc) a = 0;
@@ -165,11 +173,16 @@ class Runner {
           for (std::int64_t c = 0; c < p_.dv; ++c) acc[c] += wgt * part[2 + c];
         }
       }
-      finish_row(bl, rr, static_cast<float>(m), l, [&](std::int64_t c) { return acc[c]; });
+      finish_row(bl, rr, m, l, [&](std::int64_t c) { return acc[c]; });
     }
   }
 
  private:
+  Block block(std::int64_t bh, std::int64_t blk) const {
+    return Block{bh / p_.h_kv, bh % p_.h_kv, blk * pl_.br,
+                 static_cast<int>(std::min<std::int64_t>(pl_.br, pl_.rows - blk * pl_.br))};
+  }
+
   std::int64_t part_stride() const { return p_.dv + 2; }
 
   float* partial(const Block& bl, std::int64_t split, int rr) {
@@ -181,21 +194,95 @@ class Runner {
   std::int64_t query(const Block& bl, int rr) const { return (bl.r0 + rr) / p_.group; }
   std::int64_t head(const Block& bl, int rr) const { return bl.hk * p_.group + (bl.r0 + rr) % p_.group; }
 
-  // Writes O (and lse) of one row from its final m, l and unnormalised acc.
-  template <class Acc>
-  void finish_row(const Block& bl, int rr, float m, double l, Acc acc) {
-    const std::int64_t i = query(bl, rr), h = head(bl, rr);
-    float* o = p_.o.at<float>(bl.b, h, i);
-    const bool empty = m == kNegInf;  // no visible key (NaN is not empty)
-    const double inv = empty ? 0.0 : 1.0 / l;
-    for (std::int64_t c = 0; c < p_.dv; ++c) o[c] = empty ? 0.0f : static_cast<float>(acc(c) * inv);
-    if (p_.lse.data) *p_.lse.at<float>(bl.b, h, i) = empty ? kNegInf : static_cast<float>(m + std::log(l));
+  BlockRange block_range(const Block& bl) const {
+    BlockRange r{std::numeric_limits<std::int64_t>::max(), 0, 0, std::numeric_limits<std::int64_t>::max()};
+    // Rows of one query share a range: visit each query once.
+    for (std::int64_t i = query(bl, 0); i <= query(bl, bl.nr - 1); ++i) {
+      const Params::Range v = p_.visible(bl.b, i);
+      if (v.lo < v.hi) {
+        r.lo = std::min(r.lo, v.lo);
+        r.hi = std::max(r.hi, v.hi);
+      }
+      r.full_lo = std::max(r.full_lo, v.lo);
+      r.full_hi = std::min(r.full_hi, v.hi);
+    }
+    if (r.lo > r.hi) r.lo = r.hi = 0;  // no row sees anything
+    return r;
   }
 
-  // S tile for keys [t0, t0+n) with everything invisible set to -inf; returns
-  // whether the tile straddles the causal frontier (then row_end is filled).
+  // Final m (natural units) and l of one row with the attention sink folded
+  // in: the sink is one more key whose value is zero.
+  struct Final {
+    double m, l, acc_scale;
+  };
+  Final with_sink(const Block& bl, int rr, double m, double l) const {
+    if (!p_.sinks.data) return {m, l, 1.0};
+    const double sink = static_cast<const float*>(p_.sinks.data)[head(bl, rr) * p_.sinks.stride_h];
+    if (std::isnan(m) || !(sink > m)) return {m, l + std::exp(sink - m), 1.0};
+    const double a = std::exp(m - sink);  // 0 when m = -inf (an empty row)
+    return {sink, l * a + 1.0, a};
+  }
+
+  // Writes O (and lse) of one row from its m, l and unnormalised acc.
+  template <class Acc>
+  void finish_row(const Block& bl, int rr, double m, double l, Acc acc) {
+    const std::int64_t i = query(bl, rr), h = head(bl, rr);
+    const Final f = with_sink(bl, rr, m, l);
+    float* o = p_.o.at<float>(bl.b, h, i);
+    const bool empty = f.m == -std::numeric_limits<double>::infinity();  // nothing visible (NaN is not empty)
+    const double inv = empty ? 0.0 : f.acc_scale / f.l;
+    for (std::int64_t c = 0; c < p_.dv; ++c) o[c] = empty ? 0.0f : static_cast<float>(acc(c) * inv);
+    if (p_.lse.data) *p_.lse.at<float>(bl.b, h, i) = empty ? kNegInf : static_cast<float>(f.m + std::log(f.l));
+  }
+
+  // Explicit mask and ALiBi on one row of a tile, keys [t0, t0 + n).
+  void modify_row(const Block& bl, int rr, std::int64_t t0, int n, float* row) const {
+    const std::int64_t i = query(bl, rr), h = head(bl, rr);
+    if (p_.alibi.data) {
+      const float slope = static_cast<const float*>(p_.alibi.data)[bl.b * p_.alibi.stride_b + h * p_.alibi.stride_h];
+      const float pos = static_cast<float>(p_.position(bl.b, i) - t0);
+      for (int j = 0; j < n; ++j) row[j] -= slope * std::fabs(pos - static_cast<float>(j));
+    }
+    if (p_.mask.data) {
+      const Broadcast& mk = p_.mask;
+      const std::int64_t base = bl.b * mk.stride_b + h * mk.stride_h + i * mk.stride_i + t0 * mk.stride_j;
+      const std::int64_t sj = mk.stride_j;
+      if (mk.dtype == DType::boolean) {
+        const bool* m = static_cast<const bool*>(mk.data) + base;
+        for (int j = 0; j < n; ++j)
+          if (!m[j * sj]) row[j] = kNegInf;
+      } else if (mk.dtype == DType::f16) {
+        const std::uint16_t* m = static_cast<const std::uint16_t*>(mk.data) + base;
+        for (int j = 0; j < n; ++j) {
+          const float a = half_to_float(m[j * sj]);
+          row[j] = a == kNegInf ? kNegInf : row[j] + a;
+        }
+      } else {
+        const float* m = static_cast<const float*>(mk.data) + base;
+        for (int j = 0; j < n; ++j) row[j] = m[j * sj] == kNegInf ? kNegInf : row[j] + m[j * sj];
+      }
+    }
+  }
+
+  // Whether key t0 + j is visible to row rr (ranges and explicit mask): used
+  // only on the rare path that adds non-finite values by hand.
+  bool visible(const Block& bl, int rr, std::int64_t key) const {
+    const Params::Range v = p_.visible(bl.b, query(bl, rr));
+    if (key < v.lo || key >= v.hi) return false;
+    if (!p_.mask.data) return true;
+    const Broadcast& mk = p_.mask;
+    const std::int64_t at =
+        bl.b * mk.stride_b + head(bl, rr) * mk.stride_h + query(bl, rr) * mk.stride_i + key * mk.stride_j;
+    if (mk.dtype == DType::boolean) return static_cast<const bool*>(mk.data)[at];
+    if (mk.dtype == DType::f16) return half_to_float(static_cast<const std::uint16_t*>(mk.data)[at]) != kNegInf;
+    return static_cast<const float*>(mk.data)[at] != kNegInf;
+  }
+
+  // Scores of keys [t0, t0+n) up to `stage`, invisible entries -inf (from
+  // `masked` on). Returns whether rows see different key ranges in this tile
+  // (then row_begin/row_end hold them).
   bool score_tile(const Block& bl, const float* qs, std::int64_t t0, int n, int bc_pad, float* kt, float* s,
-                  int* row_end, std::int64_t full_end) {
+                  int* row_begin, int* row_end, const BlockRange& br, ScoresStage stage = ScoresStage::masked) {
     const float* k = p_.k.at<const float>(bl.b, bl.hk, t0);
     if (bl.nr <= kDirectRows) {
       ks_.scores_direct(qs, bl.nr, static_cast<int>(p_.d), k, p_.k.stride_n, n, s, bc_pad);
@@ -203,30 +290,76 @@ class Runner {
       ks_.pack_kt(k, p_.k.stride_n, n, static_cast<int>(p_.d), kt, bc_pad);
       ks_.scores(qs, bl.nr, static_cast<int>(p_.d), kt, bc_pad, s);
     }
-    const bool masked = t0 + n > full_end;
+    if (stage == ScoresStage::scaled) return false;
+    if (p_.softcap > 0) ks_.softcap(s, bl.nr, bc_pad, static_cast<float>(p_.softcap));
+    if (stage == ScoresStage::softcapped) return false;
+    const bool ranged = t0 < br.full_lo || t0 + n > br.full_hi;
     for (int rr = 0; rr < bl.nr; ++rr) {
-      int end = n;
-      if (masked) {
-        const std::int64_t e = p_.visible_end(query(bl, rr)) - t0;
-        end = static_cast<int>(e < 0 ? 0 : (e > n ? n : e));
-        row_end[rr] = end;
-      }
       float* row = s + static_cast<std::int64_t>(rr) * bc_pad;
-      for (int j = end; j < bc_pad; ++j) row[j] = kNegInf;
+      int b = 0, e = n;
+      if (ranged) {
+        const Params::Range v = p_.visible(bl.b, query(bl, rr));
+        b = static_cast<int>(std::clamp<std::int64_t>(v.lo - t0, 0, n));
+        e = static_cast<int>(std::clamp<std::int64_t>(v.hi - t0, 0, n));
+        if (e < b) e = b;
+        row_begin[rr] = b;
+        row_end[rr] = e;
+      }
+      if (p_.mask.data || p_.alibi.data) modify_row(bl, rr, t0, n, row);
+      for (int j = 0; j < b; ++j) row[j] = kNegInf;
+      for (int j = e; j < bc_pad; ++j) row[j] = kNegInf;
     }
-    return masked;
+    return ranged;
+  }
+
+  // acc += P·V for one tile. With an explicit mask, a non-finite value at a
+  // key some row may not see must not reach that row through 0·NaN: such a
+  // tile runs on a copy of V with those values zeroed, and each is then added
+  // by hand to exactly the rows that see its key.
+  void pv_tile(const Block& bl, std::int64_t t0, int n, int bc_pad, const float* s, float* vp, float* acc,
+               const float* alpha, const int* row_begin, const int* row_end) {
+    const std::int64_t dv_pad = pl_.dv_pad;
+    const float* v = p_.v.at<const float>(bl.b, bl.hk, t0);
+    std::int64_t v_stride = p_.v.stride_n;
+    bool sanitize = false;
+    if (p_.mask.data) {
+      for (int j = 0; j < n && !sanitize; ++j)
+        for (std::int64_t c = 0; c < p_.dv; ++c)
+          if (!std::isfinite(v[j * v_stride + c])) {
+            sanitize = true;
+            break;
+          }
+    }
+    if (pl_.pack_v || sanitize) {
+      for (int j = 0; j < n; ++j) {
+        float* dst = vp + j * dv_pad;
+        const float* src = v + j * v_stride;
+        for (std::int64_t c = 0; c < p_.dv; ++c) dst[c] = sanitize && !std::isfinite(src[c]) ? 0.0f : src[c];
+        for (std::int64_t c = p_.dv; c < dv_pad; ++c) dst[c] = 0.0f;
+      }
+    }
+    ks_.pv(s, bl.nr, n, bc_pad, pl_.pack_v || sanitize ? vp : v, pl_.pack_v || sanitize ? dv_pad : v_stride,
+           static_cast<int>(dv_pad), acc, alpha, row_begin, row_end);
+    if (!sanitize) return;
+    for (int j = 0; j < n; ++j)
+      for (std::int64_t c = 0; c < p_.dv; ++c) {
+        const float x = v[j * v_stride + c];
+        if (std::isfinite(x)) continue;
+        for (int rr = 0; rr < bl.nr; ++rr)
+          if (visible(bl, rr, t0 + j)) acc[rr * dv_pad + c] += s[static_cast<std::int64_t>(rr) * bc_pad + j] * x;
+      }
   }
 
   void attend(const Block& bl, std::int64_t split) {
     const int d = static_cast<int>(p_.d), br = pl_.br, bc = pl_.bc;
     const std::int64_t dv_pad = pl_.dv_pad;
-    // Workspace layout (floats): qs[br*d] kt[d*bc] s[br*bc] acc[br*dv_pad] vp[bc*dv_pad] m,l,alpha,inv[br] + row_end
+    // Workspace (floats): qs[br*d] kt[d*bc] s[br*bc] acc[br*dv_pad] vp[bc*dv_pad] m,l,alpha,inv[br] + 2 int[br]
     const std::size_t n_qs = static_cast<std::size_t>(br) * d, n_kt = static_cast<std::size_t>(d) * bc,
                       n_s = static_cast<std::size_t>(br) * bc, n_acc = static_cast<std::size_t>(br * dv_pad),
-                      n_vp = pl_.pack_v ? static_cast<std::size_t>(bc * dv_pad) : 0;
+                      n_vp = static_cast<std::size_t>(bc * dv_pad);
     auto round16 = [](std::size_t x) { return (x + 15) / 16 * 16; };  // keep every array 64-byte aligned
     float* qs = workspace().floats(round16(n_qs) + round16(n_kt) + round16(n_s) + round16(n_acc) + round16(n_vp) +
-                                   5 * round16(br));
+                                   6 * round16(br));
     float* kt = qs + round16(n_qs);
     float* s = kt + round16(n_kt);
     float* acc = s + round16(n_s);
@@ -235,7 +368,8 @@ class Runner {
     float* l = m + round16(br);
     float* alpha = l + round16(br);
     float* inv = alpha + round16(br);
-    int* row_end = reinterpret_cast<int*>(inv + round16(br));
+    int* row_begin = reinterpret_cast<int*>(inv + round16(br));
+    int* row_end = row_begin + round16(br);
 
     // Qs: the block's query rows with the scale folded in. Folding scale into
     // Q (not into S) keeps scale*q·k finite whenever it is representable, even
@@ -246,11 +380,11 @@ class Runner {
       for (int c = 0; c < d; ++c) qs[rr * d + c] = src[c] * scale;
     }
 
-    const std::int64_t i_lo = query(bl, 0), i_hi = query(bl, bl.nr - 1);
-    const std::int64_t kb = split * pl_.chunk;
-    std::int64_t ke = std::min(p_.n_kv, kb + pl_.chunk);
-    if (p_.causal) ke = std::min(ke, p_.visible_end(i_hi));  // tiles past the frontier: skipped
-    const std::int64_t full_end = p_.visible_end(i_lo);       // keys every row of the block sees
+    // Tiles wholly outside every row's range (causal frontier, window, key
+    // padding) are skipped: only [lo, hi) of this chunk is visited.
+    const BlockRange range = block_range(bl);
+    const std::int64_t kb = std::max(split * pl_.chunk, range.lo);
+    const std::int64_t ke = std::min({p_.n_kv, (split + 1) * pl_.chunk, range.hi});
 
     for (int rr = 0; rr < bl.nr; ++rr) {
       m[rr] = kNegInf;
@@ -261,19 +395,9 @@ class Runner {
     for (std::int64_t t0 = kb; t0 < ke; t0 += bc) {
       const int n = static_cast<int>(std::min<std::int64_t>(bc, ke - t0));
       const int bc_pad = static_cast<int>(round_up(n, ks_.nr));
-      const bool masked = score_tile(bl, qs, t0, n, bc_pad, kt, s, row_end, full_end);
+      const bool ranged = score_tile(bl, qs, t0, n, bc_pad, kt, s, row_begin, row_end, range);
       ks_.softmax_step(s, bl.nr, bc_pad, m, l, alpha);
-      const float* v = p_.v.at<const float>(bl.b, bl.hk, t0);
-      std::int64_t v_stride = p_.v.stride_n;
-      if (pl_.pack_v) {
-        for (int j = 0; j < n; ++j) {
-          std::memcpy(vp + j * dv_pad, v + j * v_stride, p_.dv * sizeof(float));
-          std::memset(vp + j * dv_pad + p_.dv, 0, (dv_pad - p_.dv) * sizeof(float));
-        }
-        v = vp;
-        v_stride = dv_pad;
-      }
-      ks_.pv(s, bl.nr, n, bc_pad, v, v_stride, static_cast<int>(dv_pad), acc, alpha, masked ? row_end : nullptr);
+      pv_tile(bl, t0, n, bc_pad, s, vp, acc, alpha, ranged ? row_begin : nullptr, ranged ? row_end : nullptr);
     }
 
     if (pl_.splits > 1) {
@@ -287,24 +411,37 @@ class Runner {
     }
     for (int rr = 0; rr < bl.nr; ++rr)
       finish_row(bl, rr, m[rr], l[rr], [&](std::int64_t c) { return static_cast<double>(acc[rr * dv_pad + c]); });
-    if (p_.probs.data) write_probs(bl, qs, kt, s, m, l, inv, row_end, full_end);
+    if (p_.probs.data || p_.scores.data) write_matrices(bl, qs, kt, s, m, l, inv, row_begin, row_end, range);
   }
 
-  // P = exp(S - m) / l over every key, tile by tile (0 at invisible keys).
-  void write_probs(const Block& bl, const float* qs, float* kt, float* s, float* m, const float* l, float* inv,
-                   int* row_end, std::int64_t full_end) {
+  // The Nq x Nkv outputs: probabilities P = exp(S - m) / l (0 at invisible
+  // keys) and the scores at the stage asked for, tile by tile over every key.
+  void write_matrices(const Block& bl, const float* qs, float* kt, float* s, float* m, const float* l, float* inv,
+                      int* row_begin, int* row_end, const BlockRange& range) {
     for (int rr = 0; rr < bl.nr; ++rr) {
-      const bool empty = m[rr] == kNegInf;
-      inv[rr] = empty ? 0.0f : 1.0f / l[rr];
-      if (empty) m[rr] = 0.0f;  // every score is -inf: exp gives 0
+      const Final f = with_sink(bl, rr, m[rr], l[rr]);
+      const bool empty = f.m == -std::numeric_limits<double>::infinity();
+      inv[rr] = empty ? 0.0f : static_cast<float>(1.0 / f.l);
+      m[rr] = empty ? 0.0f : static_cast<float>(f.m);  // an empty row's scores are all -inf: exp gives 0
     }
+    const bool probs_stage = p_.scores.data && p_.scores_stage == ScoresStage::probabilities;
     for (std::int64_t t0 = 0; t0 < p_.n_kv; t0 += pl_.bc) {
       const int n = static_cast<int>(std::min<std::int64_t>(pl_.bc, p_.n_kv - t0));
       const int bc_pad = static_cast<int>(round_up(n, ks_.nr));
-      score_tile(bl, qs, t0, n, bc_pad, kt, s, row_end, full_end);
-      ks_.probs(s, bl.nr, bc_pad, m, inv);
-      for (int rr = 0; rr < bl.nr; ++rr)
-        std::memcpy(p_.probs.at<float>(bl.b, head(bl, rr), query(bl, rr)) + t0, s + rr * bc_pad, n * sizeof(float));
+      auto copy_out = [&](const Operand& out) {
+        for (int rr = 0; rr < bl.nr; ++rr)
+          std::memcpy(out.at<float>(bl.b, head(bl, rr), query(bl, rr)) + t0, s + rr * bc_pad, n * sizeof(float));
+      };
+      if (p_.scores.data && !probs_stage) {
+        score_tile(bl, qs, t0, n, bc_pad, kt, s, row_begin, row_end, range, p_.scores_stage);
+        copy_out(p_.scores);
+      }
+      if (p_.probs.data || probs_stage) {
+        score_tile(bl, qs, t0, n, bc_pad, kt, s, row_begin, row_end, range);
+        ks_.probs(s, bl.nr, bc_pad, m, inv);
+        if (p_.probs.data) copy_out(p_.probs);
+        if (probs_stage) copy_out(p_.scores);
+      }
     }
   }
 

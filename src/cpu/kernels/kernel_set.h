@@ -37,11 +37,14 @@ struct KernelSet {
   void (*softmax_step)(float* s, int rows, int bc_pad, float* m, float* l, float* alpha);
 
   // acc [rows x dv_pad] = acc * alpha[row] + P [rows x n] · V [n x dv_pad].
-  // P rows are `p_stride` apart, V rows `v_stride` apart. With row_end, row r
-  // only reads keys j < row_end[r]: masked keys' values are never touched, so a
-  // NaN there cannot reach the result.
+  // P rows are `p_stride` apart, V rows `v_stride` apart. With row_begin and
+  // row_end, row r only reads keys row_begin[r] <= j < row_end[r]: masked keys'
+  // values are never touched, so a NaN there cannot reach the result.
   void (*pv)(const float* p, int rows, int n, int p_stride, const float* v, std::int64_t v_stride, int dv_pad,
-             float* acc, const float* alpha, const int* row_end);
+             float* acc, const float* alpha, const int* row_begin, const int* row_end);
+
+  // s <- c·tanh(s / c) over [rows x bc_pad].
+  void (*softcap)(float* s, int rows, int bc_pad, float c);
 
   // s[r,j] <- exp(s[r,j] - m[r]) * inv_l[r] over [rows x bc_pad] (the probabilities).
   void (*probs)(float* s, int rows, int bc_pad, const float* m, const float* inv_l);

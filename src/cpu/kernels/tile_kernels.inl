@@ -224,36 +224,63 @@ static void pv_strip(const float* p, int p_stride, const float* v, std::int64_t 
 
 template <int M>
 static void pv_rows(const float* p, int p_stride, const float* v, std::int64_t v_stride, int n, int dv_pad, float* acc,
-                    const float* alpha, const int* row_end) {
+                    const float* alpha, const int* row_begin, const int* row_end) {
   if (!row_end) {
     pv_strip<M>(p, p_stride, v, v_stride, 0, n, dv_pad, acc, alpha);
     return;
   }
-  // Masked tile: all M rows share keys [0, common); then each row alone takes
-  // its own keys [common, row_end[r]), so no row reads a key it may not see.
-  int common = n;
+  // Masked tile: all M rows share the keys [lo, hi) every one of them sees;
+  // then each row alone takes the rest of its own range, so no row reads a key
+  // it may not see.
+  int lo = 0, hi = n;
 #pragma GCC unroll 8
-  for (int m = 0; m < M; ++m) common = min_int(common, row_end[m]);
-  pv_strip<M>(p, p_stride, v, v_stride, 0, common, dv_pad, acc, alpha);
-  for (int m = 0; m < M; ++m)
-    if (row_end[m] > common)
-      pv_strip<1>(p + m * p_stride, p_stride, v, v_stride, common, row_end[m], dv_pad, acc + m * dv_pad, nullptr);
+  for (int m = 0; m < M; ++m) {
+    lo = row_begin[m] > lo ? row_begin[m] : lo;
+    hi = min_int(hi, row_end[m]);
+  }
+  if (hi < lo) hi = lo;
+  pv_strip<M>(p, p_stride, v, v_stride, lo, hi, dv_pad, acc, alpha);  // also applies alpha to every row
+  for (int m = 0; m < M; ++m) {
+    const float* pm = p + m * p_stride;
+    float* am = acc + m * dv_pad;
+    const int b = row_begin[m], e = row_end[m];
+    if (b < lo) pv_strip<1>(pm, p_stride, v, v_stride, b, min_int(lo, e), dv_pad, am, nullptr);
+    if (e > hi) pv_strip<1>(pm, p_stride, v, v_stride, hi > b ? hi : b, e, dv_pad, am, nullptr);
+  }
 }
 
 static void pv(const float* p, int rows, int n, int p_stride, const float* v, std::int64_t v_stride, int dv_pad,
-               float* acc, const float* alpha, const int* row_end) {
+               float* acc, const float* alpha, const int* row_begin, const int* row_end) {
   int r = 0;
-  auto at = [&](int r0) { return row_end ? row_end + r0 : nullptr; };
+  auto b_at = [&](int r0) { return row_end ? row_begin + r0 : nullptr; };
+  auto e_at = [&](int r0) { return row_end ? row_end + r0 : nullptr; };
   for (; r + MR <= rows; r += MR)
-    pv_rows<MR>(p + r * p_stride, p_stride, v, v_stride, n, dv_pad, acc + r * dv_pad, alpha + r, at(r));
+    pv_rows<MR>(p + r * p_stride, p_stride, v, v_stride, n, dv_pad, acc + r * dv_pad, alpha + r, b_at(r), e_at(r));
   const float* pr = p + r * p_stride;
   float* ar = acc + r * dv_pad;
   switch (rows - r) {
     case 0: break;
-    case 1: pv_rows<1>(pr, p_stride, v, v_stride, n, dv_pad, ar, alpha + r, at(r)); break;
-    case 2: pv_rows<2>(pr, p_stride, v, v_stride, n, dv_pad, ar, alpha + r, at(r)); break;
-    case 3: pv_rows<3>(pr, p_stride, v, v_stride, n, dv_pad, ar, alpha + r, at(r)); break;
-    case 4: pv_rows<4>(pr, p_stride, v, v_stride, n, dv_pad, ar, alpha + r, at(r)); break;
-    default: pv_rows<5>(pr, p_stride, v, v_stride, n, dv_pad, ar, alpha + r, at(r)); break;
+    case 1: pv_rows<1>(pr, p_stride, v, v_stride, n, dv_pad, ar, alpha + r, b_at(r), e_at(r)); break;
+    case 2: pv_rows<2>(pr, p_stride, v, v_stride, n, dv_pad, ar, alpha + r, b_at(r), e_at(r)); break;
+    case 3: pv_rows<3>(pr, p_stride, v, v_stride, n, dv_pad, ar, alpha + r, b_at(r), e_at(r)); break;
+    case 4: pv_rows<4>(pr, p_stride, v, v_stride, n, dv_pad, ar, alpha + r, b_at(r), e_at(r)); break;
+    default: pv_rows<5>(pr, p_stride, v, v_stride, n, dv_pad, ar, alpha + r, b_at(r), e_at(r)); break;
+  }
+}
+
+// s <- c·tanh(s/c) over [rows x bc_pad]. tanh|x| = (1 - t)/(1 + t) with
+// t = exp(-2|x|) <= 1, so the kernels' exp2 (defined for arguments <= 0)
+// serves; the sign is restored after. tanh(±inf) = ±1, NaN stays NaN.
+static void softcap(float* s, int rows, int bc_pad, float c) {
+  const Vec vc = vset(c), vinv = vset(1.0f / c), vm2log2e = vset(-2.0f * kLog2e), one = vset(1.0f);
+  for (int r = 0; r < rows; ++r) {
+    float* row = s + static_cast<std::int64_t>(r) * bc_pad;
+    for (int j = 0; j < bc_pad; j += W) {
+      const Vec x = vmul(vload(row + j), vinv);
+      const Vec ax = vabs(x);
+      const Vec t = vexp2(vmul(ax, vm2log2e));
+      const Vec th = vdiv(vsub(one, t), vadd(one, t));
+      vstore(row + j, vmul(vcopysign(th, x), vc));
+    }
   }
 }

@@ -23,6 +23,13 @@ static inline void vstore(float* p, Vec a) { _mm256_storeu_ps(p, a.v); }
 static inline Vec vadd(Vec a, Vec b) { return {_mm256_add_ps(a.v, b.v)}; }
 static inline Vec vsub(Vec a, Vec b) { return {_mm256_sub_ps(a.v, b.v)}; }
 static inline Vec vmul(Vec a, Vec b) { return {_mm256_mul_ps(a.v, b.v)}; }
+static inline Vec vdiv(Vec a, Vec b) { return {_mm256_div_ps(a.v, b.v)}; }
+static inline Vec vabs(Vec a) { return {_mm256_andnot_ps(_mm256_set1_ps(-0.0f), a.v)}; }
+// |a| with the sign of b.
+static inline Vec vcopysign(Vec a, Vec b) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  return {_mm256_or_ps(_mm256_andnot_ps(sign, a.v), _mm256_and_ps(sign, b.v))};
+}
 static inline Vec vfma(Vec a, Vec b, Vec c) { return {_mm256_fmadd_ps(a.v, b.v, c.v)}; }
 static inline Vec vmax(Vec a, Vec b) { return {_mm256_max_ps(a.v, b.v)}; }
 static inline float hmax(Vec a) {

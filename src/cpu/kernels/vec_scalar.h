@@ -23,6 +23,10 @@ static inline void vstore(float* p, Vec a) { *p = a.v; }
 static inline Vec vadd(Vec a, Vec b) { return {a.v + b.v}; }
 static inline Vec vsub(Vec a, Vec b) { return {a.v - b.v}; }
 static inline Vec vmul(Vec a, Vec b) { return {a.v * b.v}; }
+static inline Vec vdiv(Vec a, Vec b) { return {a.v / b.v}; }
+static inline Vec vabs(Vec a) { return {std::fabs(a.v)}; }
+// |a| with the sign of b.
+static inline Vec vcopysign(Vec a, Vec b) { return {std::copysign(a.v, b.v)}; }
 // a*b + c
 static inline Vec vfma(Vec a, Vec b, Vec c) { return {a.v * b.v + c.v}; }
 // max that ignores NaN in `a` only when `b` is not NaN either: used for row maxima,

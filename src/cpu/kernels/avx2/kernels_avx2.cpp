@@ -67,6 +67,7 @@ void init_kernels_avx2(KernelSet& ks) {
   ks.scores_direct = avx2::scores_direct;
   ks.softmax_step = avx2::softmax_step;
   ks.pv = avx2::pv;
+  ks.softcap = avx2::softcap;
   ks.probs = avx2::probs;
   ks.exp2 = avx2::exp2_array;
 }

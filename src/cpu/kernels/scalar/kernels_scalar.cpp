@@ -19,6 +19,7 @@ void init_kernels_scalar(KernelSet& ks) {
   ks.scores_direct = scalar::scores_direct;
   ks.softmax_step = scalar::softmax_step;
   ks.pv = scalar::pv;
+  ks.softcap = scalar::softcap;
   ks.probs = scalar::probs;
   ks.exp2 = scalar::exp2_array;
 }
