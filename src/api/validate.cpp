@@ -157,16 +157,21 @@ void check_modifiers(Params& p, const Options& opt, Path path) {
     } else {
       throw Error("alibi_slopes", "shape [H] or [B, H]", dims(t));
     }
-    const std::int64_t full[4] = {p.b, p.h, 1, 1};
-    p.alibi = broadcast(t, "alibi_slopes", full, "[B, H]");
+    if (t.numel() > 0 && !t.data) throw Error("alibi_slopes", "non-null data", "nullptr");
+    p.alibi.data = t.data;
+    p.alibi.dtype = t.dtype;
+    p.alibi.stride_b = t.rank == 2 ? t.stride[0] : 0;
+    p.alibi.stride_h = t.stride[t.rank - 1];
   }
   if (opt.sinks.is_set()) {
     const TensorView& t = opt.sinks;
     if (t.dtype != DType::f32) throw Error("sinks", "float32", dtype_name(t.dtype));
     if (t.rank != 1) throw Error("sinks", "shape [H]", dims(t));
     check_size(t, "sinks", 0, p.h, "heads H (from q)");
-    const std::int64_t full[4] = {1, p.h, 1, 1};
-    p.sinks = broadcast(t, "sinks", full, "[H]");
+    if (t.numel() > 0 && !t.data) throw Error("sinks", "non-null data", "nullptr");
+    p.sinks.data = t.data;
+    p.sinks.dtype = t.dtype;
+    p.sinks.stride_h = t.stride[0];
   }
 }
 

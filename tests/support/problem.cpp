@@ -75,7 +75,7 @@ std::int64_t Buffers::o_index(std::int64_t b, std::int64_t h, std::int64_t i, st
 }
 
 Options Buffers::options() const {
-  Options opt;
+  Options opt = base;
   opt.isa = pb.isa;
   opt.threads = pb.threads;
   opt.causal = pb.causal;

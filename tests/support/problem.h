@@ -46,7 +46,9 @@ struct Buffers {
   // Element (b, h, i, c) of an output stored in the problem's layout.
   std::int64_t o_index(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t c) const;
 
-  Options options() const;    // isa, threads, causal
+  // Starting point of options(): masks, modifiers and the like set by a test.
+  Options base;
+  Options options() const;    // base + isa, threads, causal
   void run_fast(bool with_lse = true, bool with_probs = false);
   void run_reference(bool with_lse = true, bool with_probs = false);
 };
