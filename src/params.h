@@ -42,8 +42,20 @@ struct Params {
 
   double scale = 1.0;      // finite, > 0
 
+  // Variable-length (packed) batches: batch entry b is sequence b, with query
+  // rows cu_q[b] .. cu_q[b+1] of Q, O and lse, and key rows cu_k[b] .. cu_k[b+1]
+  // of K and V (whose stride_b is then 0). nullptr: every batch entry has n_q
+  // queries and n_kv keys; n_q and n_kv are then the largest lengths.
+  const std::int64_t* cu_q = nullptr;
+  const std::int64_t* cu_k = nullptr;
+
+  // Paged K/V: key j of batch entry b is row j % page_size of page
+  // page_table[b, j / page_size]; k.stride_b and v.stride_b are then the page strides.
+  Broadcast page_table;  // int32 or int64 [B, max_pages] (stride_b, stride_j), or absent
+  std::int64_t page_size = 0;
+
   // Query i of batch entry b sits at position p = i + offset(b).
-  std::int64_t offset = 0;           // from Options::align
+  bool bottom_right = true;          // from Options::align
   Broadcast position_offsets;        // [B] int32/int64 (stride_b), or absent
   Broadcast key_lengths;             // [B] int32/int64 (stride_b), or absent
   bool causal = false;               // key j visible iff j <= p
@@ -59,18 +71,39 @@ struct Params {
   int threads = 1;         // >= 1, resolved from Options::threads
   Isa isa = Isa::scalar;   // resolved; never Isa::automatic
 
-  static std::int64_t read_int(const Broadcast& t, std::int64_t b) {
-    const void* at = static_cast<const char*>(t.data) + b * t.stride_b * static_cast<std::int64_t>(dtype_size(t.dtype));
+  static std::int64_t read_int(const Broadcast& t, std::int64_t b, std::int64_t j = 0) {
+    const void* at = static_cast<const char*>(t.data) +
+                     (b * t.stride_b + j * t.stride_j) * static_cast<std::int64_t>(dtype_size(t.dtype));
     return t.dtype == DType::i64 ? *static_cast<const std::int64_t*>(at) : *static_cast<const std::int32_t*>(at);
   }
 
-  // Position of query i of batch entry b.
-  std::int64_t position(std::int64_t b, std::int64_t i) const {
-    return i + (position_offsets.data ? read_int(position_offsets, b) : offset);
+  // Queries and keys of batch entry b.
+  std::int64_t nq(std::int64_t b) const { return cu_q ? cu_q[b + 1] - cu_q[b] : n_q; }
+  std::int64_t nkv(std::int64_t b) const { return cu_k ? cu_k[b + 1] - cu_k[b] : n_kv; }
+  // Row of query i of batch entry b in Q, O and lse (their stride_b is 0 when packed).
+  std::int64_t q_row(std::int64_t b, std::int64_t i) const { return cu_q ? cu_q[b] + i : i; }
+
+  // Key row j of head hk of batch entry b in K or V (contiguous or paged).
+  template <class T>
+  T* kv_row(const Operand& t, std::int64_t b, std::int64_t hk, std::int64_t j) const {
+    if (!page_table.data) return t.at<T>(b, hk, cu_k ? cu_k[b] + j : j);
+    const std::int64_t page = read_int(page_table, b, j / page_size);
+    return t.at<T>(page, hk, j % page_size);
+  }
+  // Whether key rows [j, j + n) are evenly strided (one page, or not paged).
+  bool kv_rows_strided(std::int64_t j, std::int64_t n) const {
+    return !page_table.data || n <= 0 || j / page_size == (j + n - 1) / page_size;
   }
 
+  // Position of query i of batch entry b.
+  std::int64_t offset(std::int64_t b) const {
+    if (position_offsets.data) return read_int(position_offsets, b);
+    return bottom_right ? nkv(b) - nq(b) : 0;
+  }
+  std::int64_t position(std::int64_t b, std::int64_t i) const { return i + offset(b); }
+
   // Keys of batch entry b that are not padding: [0, key_end(b)).
-  std::int64_t key_end(std::int64_t b) const { return key_lengths.data ? read_int(key_lengths, b) : n_kv; }
+  std::int64_t key_end(std::int64_t b) const { return key_lengths.data ? read_int(key_lengths, b) : nkv(b); }
 
   // The keys query i of batch entry b may see before any explicit mask: one
   // interval [lo, hi) (causal, window and key padding all cut intervals), empty when lo >= hi.

@@ -88,17 +88,19 @@ std::string Table::render(int indent) const {
     for (std::size_t c = 0; c < cells.size(); ++c) {
       const std::size_t pad = width[c] - display_width(cells[c]);
       const bool last = c + 1 == cells.size();
-      if (columns_[c].align == Align::right) out.append(pad, ' ');
+      if (columns_[c].align == Justify::right) out.append(pad, ' ');
       out += cells[c];
-      if (columns_[c].align == Align::left && !last) out.append(pad, ' ');
+      if (columns_[c].align == Justify::left && !last) out.append(pad, ' ');
       if (!last) out += "  ";
     }
+    while (!out.empty() && out.back() == ' ') out.pop_back();
     return out + "\n";
   };
   std::vector<std::string> headers, rules;
   for (std::size_t c = 0; c < columns_.size(); ++c) {
     headers.push_back(columns_[c].header);
-    rules.emplace_back(width[c], '-');
+    // An untitled column (a margin note) gets no rule either.
+    rules.emplace_back(columns_[c].header.empty() ? 0 : width[c], '-');
   }
   // A table whose headers are all empty is a plain aligned list: no header lines.
   const bool headed = std::any_of(columns_.begin(), columns_.end(), [](const Column& c) { return !c.header.empty(); });

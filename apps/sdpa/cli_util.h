@@ -26,7 +26,7 @@ std::string format_fixed(double x, int decimals);
 // Display width of UTF-8 text: one column per code point ("√" is one column).
 std::size_t display_width(std::string_view s);
 
-enum class Align { left, right };
+enum class Justify { left, right };
 
 // A text table: columns padded to their widest cell, a rule under the header
 // (no header lines when every header is empty).
@@ -34,7 +34,7 @@ class Table {
  public:
   struct Column {
     std::string header;
-    Align align = Align::right;
+    Justify align = Justify::right;
   };
   explicit Table(std::vector<Column> columns);
   void add_row(std::vector<std::string> cells);

@@ -42,13 +42,13 @@ void part_words() {
   const std::vector<int> r_raw = ranks(raw), r_scaled = ranks(scaled);
 
   fmt::print("(a) One query, three keys, d_k = {}: softmax of raw and of scaled scores\n\n", dk);
-  Table t({{"key", Align::left},
-           {"raw score", Align::right},
-           {"weight", Align::right},
-           {"rank", Align::right},
-           {"scaled (/√64)", Align::right},
-           {"weight", Align::right},
-           {"rank", Align::right}});
+  Table t({{"key", Justify::left},
+           {"raw score", Justify::right},
+           {"weight", Justify::right},
+           {"rank", Justify::right},
+           {"scaled (/√64)", Justify::right},
+           {"weight", Justify::right},
+           {"rank", Justify::right}});
   for (std::size_t i = 0; i < keys.size(); ++i) {
     t.add_row({keys[i], format_number(raw[i]), format_fixed(p_raw[i], 4), std::to_string(r_raw[i]),
                format_fixed(scaled[i], 2), format_fixed(p_scaled[i], 4), std::to_string(r_scaled[i])});
@@ -68,14 +68,14 @@ void part_random() {
       kQueries);
   std::mt19937_64 rng(kSeed);
   std::normal_distribution<double> normal(0.0, 1.0);
-  Table t({{"d_k", Align::right},
-           {"√d_k", Align::right},
-           {"std q·k", Align::right},
-           {"std q·k/√d_k", Align::right},
-           {"max weight raw", Align::right},
-           {"scaled", Align::right},
-           {"entropy raw", Align::right},
-           {"scaled", Align::right}});
+  Table t({{"d_k", Justify::right},
+           {"√d_k", Justify::right},
+           {"std q·k", Justify::right},
+           {"std q·k/√d_k", Justify::right},
+           {"max weight raw", Justify::right},
+           {"scaled", Justify::right},
+           {"entropy raw", Justify::right},
+           {"scaled", Justify::right}});
   for (const int dk : {4, 16, 64, 256, 1024}) {
     std::vector<double> k(static_cast<std::size_t>(kKeys) * dk), q(static_cast<std::size_t>(dk));
     for (double& x : k) x = normal(rng);
@@ -136,7 +136,7 @@ void part_library() {
   std::string compiled;
   for (const Isa c : compiled_isas()) compiled += (compiled.empty() ? "" : ", ") + std::string(isa_name(c));
   fmt::print("(c) One call through the library's fast path, checked against the float64 oracle\n\n");
-  Table t({{"", Align::left}, {"", Align::left}});
+  Table t({{"", Justify::left}, {"", Justify::left}});
   t.add_row({"q", fmt::format("[B, H, Nq, d] = [{}, {}, {}, {}], float32, N(0, 1), seed {}", b, h, n, d, kSeed)});
   t.add_row({"k, v", fmt::format("[B, Hkv, Nkv, d] = [{}, {}, {}, {}] ({} query heads per KV head)", b, h_kv, n, d,
                                  h / h_kv)});

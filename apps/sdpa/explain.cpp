@@ -26,7 +26,7 @@ int run_explain(const ExplainArgs& args) {
   const double scaled = score / root;
 
   fmt::print("Scaled dot-product attention divides every score q·k by √d_k before the softmax.\n\n");
-  Table values({{"quantity", Align::left}, {"value", Align::right}});
+  Table values({{"quantity", Justify::left}, {"value", Justify::right}});
   values.add_row({"d_k (head size)", format_number(static_cast<double>(dk))});
   values.add_row({"√d_k", format_number(root)});
   values.add_row({"score q·k, raw", format_number(score)});
@@ -42,7 +42,7 @@ int run_explain(const ExplainArgs& args) {
     sizes.insert(std::upper_bound(sizes.begin(), sizes.end(), dk), dk);
   }
   fmt::print("The same raw score {} at other head sizes:\n\n", format_number(score));
-  Table slider({{"d_k", Align::right}, {"√d_k", Align::right}, {"score / √d_k", Align::right}, {"", Align::left}});
+  Table slider({{"d_k", Justify::right}, {"√d_k", Justify::right}, {"score / √d_k", Justify::right}, {"", Justify::left}});
   for (const std::int64_t n : sizes) {
     const double r = std::sqrt(static_cast<double>(n));
     slider.add_row({format_number(static_cast<double>(n)), format_number(r), format_fixed(score / r, 2),
@@ -70,8 +70,10 @@ const Registrar kRegistrar{Command{
     "Why attention scales its scores by 1/√d_k, worked through for one score",
     [](CLI::App& sub) -> std::function<int()> {
       auto args = std::make_shared<ExplainArgs>();
-      sub.add_option("--score", args->score, "Raw score q·k to scale (a finite number)")->capture_default_str();
-      sub.add_option("--dk", args->dk, "Head size d_k (an integer >= 1)")->capture_default_str();
+      sub.add_option("--score", args->score, "Raw score q·k to scale (a finite number)")
+          ->type_name("NUMBER")
+          ->capture_default_str();
+      sub.add_option("--dk", args->dk, "Head size d_k (an integer >= 1)")->type_name("INT")->capture_default_str();
       return [args] { return run_explain(*args); };
     },
     10,

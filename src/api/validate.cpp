@@ -223,7 +223,7 @@ Params make_params(const TensorView& q, const TensorView& k, const TensorView& v
     p.scale = 1.0 / std::sqrt(static_cast<double>(p.d));
   }
   p.causal = opt.causal;
-  p.offset = opt.align == Align::bottom_right ? p.n_kv - p.n_q : 0;
+  p.bottom_right = opt.align == Align::bottom_right;
   if (opt.window_left < -1) throw Error("window_left", "-1 (unbounded) or a key count >= 0", str(opt.window_left));
   if (opt.window_right < -1) throw Error("window_right", "-1 (unbounded) or a key count >= 0", str(opt.window_right));
   p.window_left = opt.window_left;

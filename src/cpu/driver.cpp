@@ -78,24 +78,36 @@ struct Plan {
   std::int64_t items() const { return blocks * splits; }
 };
 
-Plan make_plan(const Params& p, const KernelSet& ks) {
+// The plan of `nb` batch entries that share n_q queries and n_kv keys: all of
+// a uniform batch, or one sequence of a packed batch (so a packed batch runs
+// each sequence exactly as a call of its own would: bit for bit the same).
+Plan make_plan(const Params& p, const KernelSet& ks, std::int64_t nb, std::int64_t n_q, std::int64_t n_kv) {
   Plan pl;
   pl.br = ks.br;
   pl.bc = ks.bc;
   pl.w = ks.w;
-  pl.rows = p.group * p.n_q;
+  pl.rows = p.group * n_q;
   pl.blocks = ceil_div(pl.rows, pl.br);
   pl.dv_pad = round_up(p.dv, ks.w);
   pl.pack_v = p.dv % ks.w != 0;  // otherwise V rows are read in place
-  pl.chunk = round_up(std::max<std::int64_t>(p.n_kv, 1), pl.bc);
-  const std::int64_t base = p.b * p.h_kv * pl.blocks;
-  if (!p.probs.data && !p.scores.data && base < kMinItems && p.n_kv >= 2 * kMinChunkKeys) {
-    const std::int64_t want = std::min(ceil_div(kMinItems, base), p.n_kv / kMinChunkKeys);
-    pl.chunk = round_up(ceil_div(p.n_kv, want), pl.bc);
-    pl.splits = ceil_div(p.n_kv, pl.chunk);
+  pl.chunk = round_up(std::max<std::int64_t>(n_kv, 1), pl.bc);
+  const std::int64_t base = nb * p.h_kv * pl.blocks;
+  if (!p.probs.data && !p.scores.data && base < kMinItems && n_kv >= 2 * kMinChunkKeys) {
+    const std::int64_t want = std::min(ceil_div(kMinItems, base), n_kv / kMinChunkKeys);
+    pl.chunk = round_up(ceil_div(n_kv, want), pl.bc);
+    pl.splits = ceil_div(n_kv, pl.chunk);
   }
   return pl;
 }
+
+// Batch entries [b0, b0 + nb) under one plan; their work items are
+// [item0, item0 + nb*Hkv*items) of the call, their merges [merge0, ...).
+struct Group {
+  std::int64_t b0, nb;
+  Plan pl;
+  std::int64_t item0, merge0;
+  std::vector<float> partials;  // split-KV partials (m, l, acc[dv]) per row, per chunk
+};
 
 // Per-thread scratch, grown on demand and reused across calls.
 class Workspace {
@@ -123,6 +135,7 @@ Workspace& workspace() {
 }
 
 struct Block {
+  Group* g;
   std::int64_t b, hk, r0;
   int nr;
 };
@@ -135,27 +148,50 @@ struct BlockRange {
 
 class Runner {
  public:
-  Runner(const Params& p, const KernelSet& ks, const Plan& pl) : p_(p), ks_(ks), pl_(pl) {
-    if (pl.splits > 1) partials_.resize(static_cast<std::size_t>(p.b * p.h_kv * pl.items() * pl.br * part_stride()));
+  Runner(const Params& p, const KernelSet& ks) : p_(p), ks_(ks) {
+    std::int64_t items = 0, merges = 0;
+    auto add = [&](std::int64_t b0, std::int64_t nb, std::int64_t n_q, std::int64_t n_kv) {
+      Group g{b0, nb, make_plan(p, ks, nb, n_q, n_kv), items, merges, {}};
+      if (g.pl.splits > 1) {
+        g.partials.resize(static_cast<std::size_t>(nb * p.h_kv * g.pl.items() * g.pl.br * part_stride()));
+        merges += nb * p.h_kv * g.pl.blocks;
+      }
+      items += nb * p.h_kv * g.pl.items();
+      groups_.push_back(std::move(g));
+    };
+    if (p.cu_q) {
+      for (std::int64_t b = 0; b < p.b; ++b) add(b, 1, p.nq(b), p.nkv(b));
+    } else {
+      add(0, p.b, p.n_q, p.n_kv);
+    }
+    items_ = items;
+    merges_ = merges;
   }
 
+  std::int64_t items() const { return items_; }
+  std::int64_t merges() const { return merges_; }
+
   void item(std::int64_t idx) {
+    Group& g = group_of(idx, &Group::item0);
+    idx -= g.item0;
     // Heaviest blocks first (with causal, later queries see more keys), so the
     // shared counter hands out the long items before the short ones.
-    const std::int64_t per_block = p_.b * p_.h_kv * pl_.splits;
-    const std::int64_t blk = pl_.blocks - 1 - idx / per_block;
+    const std::int64_t per_block = g.nb * p_.h_kv * g.pl.splits;
+    const std::int64_t blk = g.pl.blocks - 1 - idx / per_block;
     std::int64_t rest = idx % per_block;
-    const std::int64_t split = rest % pl_.splits;
-    rest /= pl_.splits;
-    attend(block(rest, blk), split);
+    const std::int64_t split = rest % g.pl.splits;
+    rest /= g.pl.splits;
+    attend(block(g, rest, blk), split);
   }
 
   void merge(std::int64_t idx) {
-    const Block bl = block(idx / pl_.blocks, idx % pl_.blocks);
+    Group& g = group_of(idx, &Group::merge0);
+    idx -= g.merge0;
+    const Block bl = block(g, idx / g.pl.blocks, idx % g.pl.blocks);
     std::vector<double> acc(static_cast<std::size_t>(p_.dv));
     for (int rr = 0; rr < bl.nr; ++rr) {
       double m = -std::numeric_limits<double>::infinity();
-      for (std::int64_t s = 0; s < pl_.splits; ++s) {
+      for (std::int64_t s = 0; s < g.pl.splits; ++s) {
         const double ms = partial(bl, s, rr)[0];
         if (std::isnan(ms) || std::isnan(m))
           m = std::nan("");
@@ -165,7 +201,7 @@ class Runner {
       double l = 0;
       for (double& a : acc) a = 0;
       if (m != -std::numeric_limits<double>::infinity()) {
-        for (std::int64_t s = 0; s < pl_.splits; ++s) {
+        for (std::int64_t s = 0; s < g.pl.splits; ++s) {
           const float* part = partial(bl, s, rr);
           if (part[0] == kNegInf) continue;  // a chunk this row sees nothing of
           const double wgt = std::exp(part[0] - m);
@@ -178,17 +214,29 @@ class Runner {
   }
 
  private:
-  Block block(std::int64_t bh, std::int64_t blk) const {
-    return Block{bh / p_.h_kv, bh % p_.h_kv, blk * pl_.br,
-                 static_cast<int>(std::min<std::int64_t>(pl_.br, pl_.rows - blk * pl_.br))};
+  // The group whose range of items (or merges) holds idx.
+  Group& group_of(std::int64_t idx, std::int64_t Group::*first) {
+    std::size_t lo = 0, hi = groups_.size();
+    while (hi - lo > 1) {
+      const std::size_t mid = (lo + hi) / 2;
+      (groups_[mid].*first <= idx ? lo : hi) = mid;
+    }
+    return groups_[lo];
+  }
+
+  // bh = (b - b0) * Hkv + hk within the group.
+  Block block(Group& g, std::int64_t bh, std::int64_t blk) const {
+    return Block{&g, g.b0 + bh / p_.h_kv, bh % p_.h_kv, blk * g.pl.br,
+                 static_cast<int>(std::min<std::int64_t>(g.pl.br, g.pl.rows - blk * g.pl.br))};
   }
 
   std::int64_t part_stride() const { return p_.dv + 2; }
 
   float* partial(const Block& bl, std::int64_t split, int rr) {
-    const std::int64_t blk = bl.r0 / pl_.br;
-    const std::int64_t slot = ((bl.b * p_.h_kv + bl.hk) * pl_.blocks + blk) * pl_.splits + split;
-    return partials_.data() + (slot * pl_.br + rr) * part_stride();
+    const Plan& pl = bl.g->pl;
+    const std::int64_t blk = bl.r0 / pl.br;
+    const std::int64_t slot = (((bl.b - bl.g->b0) * p_.h_kv + bl.hk) * pl.blocks + blk) * pl.splits + split;
+    return bl.g->partials.data() + (slot * pl.br + rr) * part_stride();
   }
 
   std::int64_t query(const Block& bl, int rr) const { return (bl.r0 + rr) / p_.group; }
@@ -228,11 +276,11 @@ class Runner {
   void finish_row(const Block& bl, int rr, double m, double l, Acc acc) {
     const std::int64_t i = query(bl, rr), h = head(bl, rr);
     const Final f = with_sink(bl, rr, m, l);
-    float* o = p_.o.at<float>(bl.b, h, i);
+    float* o = p_.o.at<float>(bl.b, h, p_.q_row(bl.b, i));
     const bool empty = f.m == -std::numeric_limits<double>::infinity();  // nothing visible (NaN is not empty)
     const double inv = empty ? 0.0 : f.acc_scale / f.l;
     for (std::int64_t c = 0; c < p_.dv; ++c) o[c] = empty ? 0.0f : static_cast<float>(acc(c) * inv);
-    if (p_.lse.data) *p_.lse.at<float>(bl.b, h, i) = empty ? kNegInf : static_cast<float>(f.m + std::log(f.l));
+    if (p_.lse.data) *p_.lse.at<float>(bl.b, h, p_.q_row(bl.b, i)) = empty ? kNegInf : static_cast<float>(f.m + std::log(f.l));
   }
 
   // Explicit mask and ALiBi on one row of a tile, keys [t0, t0 + n).
@@ -283,11 +331,20 @@ class Runner {
   // (then row_begin/row_end hold them).
   bool score_tile(const Block& bl, const float* qs, std::int64_t t0, int n, int bc_pad, float* kt, float* s,
                   int* row_begin, int* row_end, const BlockRange& br, ScoresStage stage = ScoresStage::masked) {
-    const float* k = p_.k.at<const float>(bl.b, bl.hk, t0);
+    const float* k = p_.kv_row<const float>(p_.k, bl.b, bl.hk, t0);
+    std::int64_t k_stride = p_.k.stride_n;
+    if (!p_.kv_rows_strided(t0, n)) {
+      // Keys spread over pages: gather them behind the packed tile (kt has room for both).
+      float* kg = kt + static_cast<std::int64_t>(p_.d) * bl.g->pl.bc;
+      for (int j = 0; j < n; ++j)
+        std::memcpy(kg + j * p_.d, p_.kv_row<const float>(p_.k, bl.b, bl.hk, t0 + j), p_.d * sizeof(float));
+      k = kg;
+      k_stride = p_.d;
+    }
     if (bl.nr <= kDirectRows) {
-      ks_.scores_direct(qs, bl.nr, static_cast<int>(p_.d), k, p_.k.stride_n, n, s, bc_pad);
+      ks_.scores_direct(qs, bl.nr, static_cast<int>(p_.d), k, k_stride, n, s, bc_pad);
     } else {
-      ks_.pack_kt(k, p_.k.stride_n, n, static_cast<int>(p_.d), kt, bc_pad);
+      ks_.pack_kt(k, k_stride, n, static_cast<int>(p_.d), kt, bc_pad);
       ks_.scores(qs, bl.nr, static_cast<int>(p_.d), kt, bc_pad, s);
     }
     if (stage == ScoresStage::scaled) return false;
@@ -318,32 +375,33 @@ class Runner {
   // by hand to exactly the rows that see its key.
   void pv_tile(const Block& bl, std::int64_t t0, int n, int bc_pad, const float* s, float* vp, float* acc,
                const float* alpha, const int* row_begin, const int* row_end) {
-    const std::int64_t dv_pad = pl_.dv_pad;
-    const float* v = p_.v.at<const float>(bl.b, bl.hk, t0);
-    std::int64_t v_stride = p_.v.stride_n;
+    const std::int64_t dv_pad = bl.g->pl.dv_pad;
+    auto v_row = [&](int j) { return p_.kv_row<const float>(p_.v, bl.b, bl.hk, t0 + j); };
     bool sanitize = false;
     if (p_.mask.data) {
       for (int j = 0; j < n && !sanitize; ++j)
         for (std::int64_t c = 0; c < p_.dv; ++c)
-          if (!std::isfinite(v[j * v_stride + c])) {
+          if (!std::isfinite(v_row(j)[c])) {
             sanitize = true;
             break;
           }
     }
-    if (pl_.pack_v || sanitize) {
+    // V is read in place unless its rows need padding (dv % W), sanitising, or gathering from pages.
+    const bool copy = bl.g->pl.pack_v || sanitize || !p_.kv_rows_strided(t0, n);
+    if (copy) {
       for (int j = 0; j < n; ++j) {
         float* dst = vp + j * dv_pad;
-        const float* src = v + j * v_stride;
+        const float* src = v_row(j);
         for (std::int64_t c = 0; c < p_.dv; ++c) dst[c] = sanitize && !std::isfinite(src[c]) ? 0.0f : src[c];
         for (std::int64_t c = p_.dv; c < dv_pad; ++c) dst[c] = 0.0f;
       }
     }
-    ks_.pv(s, bl.nr, n, bc_pad, pl_.pack_v || sanitize ? vp : v, pl_.pack_v || sanitize ? dv_pad : v_stride,
-           static_cast<int>(dv_pad), acc, alpha, row_begin, row_end);
+    ks_.pv(s, bl.nr, n, bc_pad, copy ? vp : v_row(0), copy ? dv_pad : p_.v.stride_n, static_cast<int>(dv_pad), acc,
+           alpha, row_begin, row_end);
     if (!sanitize) return;
     for (int j = 0; j < n; ++j)
       for (std::int64_t c = 0; c < p_.dv; ++c) {
-        const float x = v[j * v_stride + c];
+        const float x = v_row(j)[c];
         if (std::isfinite(x)) continue;
         for (int rr = 0; rr < bl.nr; ++rr)
           if (visible(bl, rr, t0 + j)) acc[rr * dv_pad + c] += s[static_cast<std::int64_t>(rr) * bc_pad + j] * x;
@@ -351,10 +409,10 @@ class Runner {
   }
 
   void attend(const Block& bl, std::int64_t split) {
-    const int d = static_cast<int>(p_.d), br = pl_.br, bc = pl_.bc;
-    const std::int64_t dv_pad = pl_.dv_pad;
-    // Workspace (floats): qs[br*d] kt[d*bc] s[br*bc] acc[br*dv_pad] vp[bc*dv_pad] m,l,alpha,inv[br] + 2 int[br]
-    const std::size_t n_qs = static_cast<std::size_t>(br) * d, n_kt = static_cast<std::size_t>(d) * bc,
+    const int d = static_cast<int>(p_.d), br = bl.g->pl.br, bc = bl.g->pl.bc;
+    const std::int64_t dv_pad = bl.g->pl.dv_pad;
+    // Workspace (floats): qs[br*d] kt[d*bc, then bc*d for gathered keys] s[br*bc] acc[br*dv_pad] vp[bc*dv_pad] m,l,alpha,inv[br] + 2 int[br]
+    const std::size_t n_qs = static_cast<std::size_t>(br) * d, n_kt = 2 * static_cast<std::size_t>(d) * bc,
                       n_s = static_cast<std::size_t>(br) * bc, n_acc = static_cast<std::size_t>(br * dv_pad),
                       n_vp = static_cast<std::size_t>(bc * dv_pad);
     auto round16 = [](std::size_t x) { return (x + 15) / 16 * 16; };  // keep every array 64-byte aligned
@@ -376,15 +434,15 @@ class Runner {
     // when q·k alone is not (q·k = 1e39, scale = 1/8).
     const float scale = static_cast<float>(p_.scale);
     for (int rr = 0; rr < bl.nr; ++rr) {
-      const float* src = p_.q.at<const float>(bl.b, head(bl, rr), query(bl, rr));
+      const float* src = p_.q.at<const float>(bl.b, head(bl, rr), p_.q_row(bl.b, query(bl, rr)));
       for (int c = 0; c < d; ++c) qs[rr * d + c] = src[c] * scale;
     }
 
     // Tiles wholly outside every row's range (causal frontier, window, key
     // padding) are skipped: only [lo, hi) of this chunk is visited.
     const BlockRange range = block_range(bl);
-    const std::int64_t kb = std::max(split * pl_.chunk, range.lo);
-    const std::int64_t ke = std::min({p_.n_kv, (split + 1) * pl_.chunk, range.hi});
+    const std::int64_t kb = std::max(split * bl.g->pl.chunk, range.lo);
+    const std::int64_t ke = std::min({p_.nkv(bl.b), (split + 1) * bl.g->pl.chunk, range.hi});
 
     for (int rr = 0; rr < bl.nr; ++rr) {
       m[rr] = kNegInf;
@@ -400,7 +458,7 @@ class Runner {
       pv_tile(bl, t0, n, bc_pad, s, vp, acc, alpha, ranged ? row_begin : nullptr, ranged ? row_end : nullptr);
     }
 
-    if (pl_.splits > 1) {
+    if (bl.g->pl.splits > 1) {
       for (int rr = 0; rr < bl.nr; ++rr) {
         float* part = partial(bl, split, rr);
         part[0] = m[rr];
@@ -425,8 +483,8 @@ class Runner {
       m[rr] = empty ? 0.0f : static_cast<float>(f.m);  // an empty row's scores are all -inf: exp gives 0
     }
     const bool probs_stage = p_.scores.data && p_.scores_stage == ScoresStage::probabilities;
-    for (std::int64_t t0 = 0; t0 < p_.n_kv; t0 += pl_.bc) {
-      const int n = static_cast<int>(std::min<std::int64_t>(pl_.bc, p_.n_kv - t0));
+    for (std::int64_t t0 = 0; t0 < p_.nkv(bl.b); t0 += bl.g->pl.bc) {
+      const int n = static_cast<int>(std::min<std::int64_t>(bl.g->pl.bc, p_.nkv(bl.b) - t0));
       const int bc_pad = static_cast<int>(round_up(n, ks_.nr));
       auto copy_out = [&](const Operand& out) {
         for (int rr = 0; rr < bl.nr; ++rr)
@@ -447,23 +505,20 @@ class Runner {
 
   const Params& p_;
   const KernelSet& ks_;
-  const Plan& pl_;
-  std::vector<float> partials_;
+  std::vector<Group> groups_;
+  std::int64_t items_ = 0, merges_ = 0;
 };
 
 }  // namespace
 
 void run(const Params& p) {
-  if (p.b == 0 || p.h == 0 || p.n_q == 0) return;
-  const KernelSet& ks = kernels_for(p.isa);
-  const Plan pl = make_plan(p, ks);
-  Runner runner(p, ks, pl);
-  const std::int64_t bh = p.b * p.h_kv;
-  parallel_for(bh * pl.items(), p.threads, [&](std::int64_t i, int) {
+  if (p.b == 0 || p.h == 0 || (!p.cu_q && p.n_q == 0)) return;
+  Runner runner(p, kernels_for(p.isa));
+  parallel_for(runner.items(), p.threads, [&](std::int64_t i, int) {
     FlushDenormals ftz;
     runner.item(i);
   });
-  if (pl.splits > 1) parallel_for(bh * pl.blocks, p.threads, [&](std::int64_t i, int) { runner.merge(i); });
+  parallel_for(runner.merges(), p.threads, [&](std::int64_t i, int) { runner.merge(i); });
 }
 
 }  // namespace sdpa::cpu

@@ -31,6 +31,12 @@ double load(const Operand& t, std::int64_t b, std::int64_t h, std::int64_t n, st
   return t.at<const float>(b, h, n)[c];
 }
 
+// Element c of key row j (K or V): contiguous, packed or paged.
+double load_kv(const Params& p, const Operand& t, std::int64_t b, std::int64_t hk, std::int64_t j, std::int64_t c) {
+  if (t.dtype == DType::f64) return p.kv_row<const double>(t, b, hk, j)[c];
+  return p.kv_row<const float>(t, b, hk, j)[c];
+}
+
 void store(const Operand& t, std::int64_t b, std::int64_t h, std::int64_t n, std::int64_t c, double x) {
   if (t.dtype == DType::f64)
     t.at<double>(b, h, n)[c] = x;
@@ -62,22 +68,23 @@ bool mask_allows(const Params& p, std::int64_t b, std::int64_t h, std::int64_t i
 }  // namespace
 
 void run(const Params& p) {
-  const std::int64_t n_kv = p.n_kv;
-  std::vector<double> s(static_cast<std::size_t>(n_kv));
-  std::vector<char> vis(static_cast<std::size_t>(n_kv));
+  std::vector<double> s(static_cast<std::size_t>(p.n_kv));
+  std::vector<char> vis(static_cast<std::size_t>(p.n_kv));
   std::vector<double> acc(static_cast<std::size_t>(p.dv));
   for (std::int64_t b = 0; b < p.b; ++b) {
+    const std::int64_t n_q = p.nq(b), n_kv = p.nkv(b);
     for (std::int64_t h = 0; h < p.h; ++h) {
       const std::int64_t hk = h / p.group;
       const double slope = p.alibi.data ? element(p.alibi, b, h, 0, 0) : 0.0;
       const double sink = p.sinks.data ? element(p.sinks, 0, h, 0, 0) : -kInf;
-      for (std::int64_t i = 0; i < p.n_q; ++i) {
+      for (std::int64_t i = 0; i < n_q; ++i) {
+        const std::int64_t row = p.q_row(b, i);  // of Q, O and lse
         const Params::Range r = p.visible(b, i);
         const double pos = static_cast<double>(p.position(b, i));
         double m = -kInf;
         for (std::int64_t j = 0; j < n_kv; ++j) {
           double dot = 0;
-          for (std::int64_t c = 0; c < p.d; ++c) dot += load(p.q, b, h, i, c) * load(p.k, b, hk, j, c);
+          for (std::int64_t c = 0; c < p.d; ++c) dot += load(p.q, b, h, row, c) * load_kv(p, p.k, b, hk, j, c);
           double x = p.scale * dot;
           if (p.scores.data && p.scores_stage == ScoresStage::scaled) store(p.scores, b, h, i, j, x);
           if (p.softcap > 0) x = p.softcap * std::tanh(x / p.softcap);
@@ -102,11 +109,11 @@ void run(const Params& p) {
             if (!vis[j]) continue;  // values at invisible keys are never read
             const double e = std::exp(s[j] - m);
             l += e;
-            for (std::int64_t c = 0; c < p.dv; ++c) acc[c] += e * load(p.v, b, hk, j, c);
+            for (std::int64_t c = 0; c < p.dv; ++c) acc[c] += e * load_kv(p, p.v, b, hk, j, c);
           }
         }
-        for (std::int64_t c = 0; c < p.dv; ++c) store(p.o, b, h, i, c, empty ? 0.0 : acc[c] / l);
-        if (p.lse.data) store(p.lse, b, h, i, 0, empty ? -kInf : m + std::log(l));
+        for (std::int64_t c = 0; c < p.dv; ++c) store(p.o, b, h, row, c, empty ? 0.0 : acc[c] / l);
+        if (p.lse.data) store(p.lse, b, h, row, 0, empty ? -kInf : m + std::log(l));
         for (std::int64_t j = 0; j < n_kv; ++j) {
           const double prob = vis[j] && !empty ? std::exp(s[j] - m) / l : 0.0;
           if (p.probs.data) store(p.probs, b, h, i, j, prob);

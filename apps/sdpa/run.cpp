@@ -1,0 +1,457 @@
+// `sdpa run`: attention on .npy files.
+//
+// Inputs are read whole, interpreted in the chosen layout and handed to the
+// library as views (float32 files in [B, N, H, d] memory are not copied; the
+// bshd view's strides do the transposition). Every output is computed before
+// any file is touched, and the files are then staged next to their
+// destinations and renamed into place together, so a failing run leaves no
+// output of its own behind and existing files unchanged.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <array>
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli_util.h"
+#include "commands.h"
+#include "io/npy.h"
+#include "sdpa/attention.h"
+
+namespace sdpa::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+enum class Layout { bhsd, bshd };
+
+struct RunArgs {
+  std::string q, k, v, out, lse, probs;
+  std::string scale;  // empty: the library's default 1/√d
+  bool causal = false;
+  std::string layout = "bhsd";
+  bool reference = false;
+  std::string isa = "auto";
+  std::string threads = "0";
+};
+
+// Everything a failure message needs to name: the flag and the file.
+struct Named {
+  std::string flag, path;
+  std::string who() const { return flag + " " + path; }
+};
+
+std::string join_dims(const std::vector<std::int64_t>& dims) {
+  return "[" + fmt::format("{}", fmt::join(dims, ", ")) + "]";
+}
+
+const char* layout_axes(Layout layout, int rank) {
+  if (rank == 2) return "[N, d]";
+  if (rank == 3) return layout == Layout::bhsd ? "[H, N, d]" : "[N, H, d]";
+  return layout == Layout::bhsd ? "[B, H, N, d]" : "[B, N, H, d]";
+}
+
+// A file's axes in attention's order [B, H, N, d].
+std::array<std::int64_t, 4> to_bhnd(const std::vector<std::int64_t>& s, Layout layout) {
+  switch (s.size()) {
+    case 2: return {1, 1, s[0], s[1]};
+    case 3: return layout == Layout::bhsd ? std::array{std::int64_t{1}, s[0], s[1], s[2]}
+                                          : std::array{std::int64_t{1}, s[1], s[0], s[2]};
+    default: return layout == Layout::bhsd ? std::array{s[0], s[1], s[2], s[3]} : std::array{s[0], s[2], s[1], s[3]};
+  }
+}
+
+// The inverse of to_bhnd for an output of rank `rank`.
+std::vector<std::int64_t> from_bhnd(const std::array<std::int64_t, 4>& a, Layout layout, int rank) {
+  switch (rank) {
+    case 2: return {a[2], a[3]};
+    case 3: return layout == Layout::bhsd ? std::vector{a[1], a[2], a[3]} : std::vector{a[2], a[1], a[3]};
+    default: return layout == Layout::bhsd ? std::vector{a[0], a[1], a[2], a[3]} : std::vector{a[0], a[2], a[1], a[3]};
+  }
+}
+
+// [B, H, rest...] with B dropped for 3-D and B, H dropped for 2-D inputs.
+std::vector<std::int64_t> rank_adjusted(std::vector<std::int64_t> bh_rest, int rank) {
+  bh_rest.erase(bh_rest.begin(), bh_rest.begin() + (4 - rank));
+  return bh_rest;
+}
+
+// A view of memory laid out in `layout`, presented as [B, H, N, d].
+TensorView layout_view(const void* data, DType dtype, const std::array<std::int64_t, 4>& a, Layout layout) {
+  if (layout == Layout::bshd) return TensorView::bshd(data, dtype, a[0], a[2], a[1], a[3]);
+  return TensorView::contiguous(data, dtype, {a[0], a[1], a[2], a[3]});
+}
+
+struct Input {
+  Named name;
+  io::NpyArray array;
+  std::vector<float> converted;  // float64 file on the fast path
+  std::array<std::int64_t, 4> dims{};
+  TensorView view;
+};
+
+Input load_input(const std::string& flag, const std::string& path, Layout layout, bool reference) {
+  Input in;
+  in.name = {flag, path};
+  try {
+    in.array = io::read_npy(path);
+  } catch (const std::exception& e) {
+    // read_npy's messages start with the path; put the flag in front of it.
+    const std::string what = e.what();
+    throw std::runtime_error(what.starts_with(path + ":") ? flag + " " + what
+                                                          : fmt::format("{} {}: {}", flag, path, what));
+  }
+  const io::NpyArray& a = in.array;
+  if (a.dtype != DType::f32 && a.dtype != DType::f64) {
+    throw std::runtime_error(
+        fmt::format("{}: expected dtype float32 or float64, got {}", in.name.who(), dtype_name(a.dtype)));
+  }
+  const int rank = static_cast<int>(a.shape.size());
+  if (rank < 2 || rank > 4) {
+    throw std::runtime_error(fmt::format("{}: expected rank 2, 3 or 4 ({}, {} or {} for layout {}), got rank {} {}",
+                                         in.name.who(), layout_axes(layout, 2), layout_axes(layout, 3),
+                                         layout_axes(layout, 4), layout == Layout::bhsd ? "bhsd" : "bshd", rank,
+                                         join_dims(a.shape)));
+  }
+  in.dims = to_bhnd(a.shape, layout);
+  if (a.dtype == DType::f64 && !reference) {
+    // The fast path is float32-only.
+    const double* src = a.as<double>();
+    in.converted.assign(src, src + a.numel());
+    in.view = layout_view(in.converted.data(), DType::f32, in.dims, layout);
+  } else {
+    in.view = layout_view(a.data.data(), a.dtype, in.dims, layout);
+  }
+  return in;
+}
+
+// One output array, computed in memory before anything is written.
+struct Output {
+  Named name;
+  DType dtype = DType::f32;
+  std::vector<std::int64_t> file_shape;
+  std::vector<std::byte> bytes;
+};
+
+Output make_output(Named name, DType dtype, std::vector<std::int64_t> file_shape) {
+  Output o{std::move(name), dtype, std::move(file_shape), {}};
+  std::int64_t n = 1;
+  for (std::int64_t d : o.file_shape) n *= d;
+  o.bytes.resize(static_cast<std::size_t>(n) * dtype_size(dtype));
+  return o;
+}
+
+// Writes a set of outputs all-or-nothing. Each file is first written (with
+// write_npy, atomically) to a stage file next to its destination; only when
+// every stage succeeded are they renamed into place. Until commit(), the
+// destructor removes every stage, so a failure leaves destinations untouched.
+class OutputFiles {
+ public:
+  OutputFiles() = default;
+  OutputFiles(const OutputFiles&) = delete;
+  OutputFiles& operator=(const OutputFiles&) = delete;
+  ~OutputFiles() {
+    for (const Entry& e : entries_) {
+      if (!e.committed && !e.stage.empty()) ::unlink(e.stage.c_str());
+    }
+  }
+
+  void stage(const Output& out) {
+    Entry e;
+    e.path = out.name.path;
+    e.stage = reserve_stage(out.name);
+    entries_.push_back(e);
+    try {
+      io::write_npy(e.stage, out.dtype, out.file_shape, out.bytes.data());
+    } catch (const std::exception& ex) {
+      // write_npy names the stage file; report the destination instead.
+      throw std::runtime_error(fmt::format("{}: cannot write: {}", out.name.who(), ex.what()));
+    }
+  }
+
+  void commit() {
+    for (std::size_t i = 0; i < entries_.size(); ++i) {
+      Entry& e = entries_[i];
+      struct stat st {};
+      const bool existed = ::stat(e.path.c_str(), &st) == 0;
+      // Replacing a file keeps its permissions, as write_npy does.
+      if (existed && S_ISREG(st.st_mode)) ::chmod(e.stage.c_str(), st.st_mode & 07777);
+      if (::rename(e.stage.c_str(), e.path.c_str()) != 0) {
+        const int err = errno;
+        // Undo what can be undone: files this run created disappear again
+        // (a file replaced a moment ago cannot be brought back).
+        for (std::size_t j = 0; j < i; ++j) {
+          if (!entries_[j].existed) ::unlink(entries_[j].path.c_str());
+        }
+        throw std::runtime_error(
+            fmt::format("{}: cannot write: rename from {}: {}", e.path, e.stage, std::strerror(err)));
+      }
+      e.existed = existed;
+      e.committed = true;
+    }
+  }
+
+ private:
+  struct Entry {
+    std::string path, stage;
+    bool existed = false, committed = false;
+  };
+
+  // Creates path + ".tmp.run.XXXXXX" exclusively, so that no other file is
+  // ever overwritten or removed by the cleanup.
+  static std::string reserve_stage(const Named& name) {
+    static constexpr char kChars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    std::mt19937_64 rng(std::random_device{}() ^ static_cast<std::uint64_t>(::getpid()));
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      std::string stage = name.path + ".tmp.run.";
+      for (int i = 0; i < 6; ++i) stage += kChars[rng() % (sizeof(kChars) - 1)];
+      const int fd = ::open(stage.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+      if (fd >= 0) {
+        ::close(fd);
+        return stage;
+      }
+      if (errno != EEXIST) break;
+    }
+    throw std::runtime_error(fmt::format("{}: cannot write: cannot create a file next to it: {}", name.who(),
+                                         std::strerror(errno)));
+  }
+
+  std::vector<Entry> entries_;
+};
+
+// Fails early, before reading or computing, on a destination that cannot work.
+void check_destination(const Named& name) {
+  std::error_code ec;
+  if (fs::is_directory(name.path, ec)) {
+    throw std::runtime_error(fmt::format("{}: cannot write: it is a directory", name.who()));
+  }
+  fs::path dir = fs::path(name.path).parent_path();
+  if (dir.empty()) dir = ".";
+  if (!fs::is_directory(dir, ec)) {
+    throw std::runtime_error(fmt::format("{}: cannot write: no directory {}", name.who(), dir.string()));
+  }
+}
+
+// Library errors name an argument ("k", "probs", ...); say which flag and file that is.
+[[noreturn]] void rethrow_named(const Error& e, const std::vector<const Input*>& inputs,
+                                const std::vector<const Output*>& outputs) {
+  const std::string& arg = e.arg();
+  const std::string detail = fmt::format("expected {}, got {}", e.expected(), e.got());
+  for (const Input* in : inputs) {
+    if (in->name.flag == "--" + arg) {
+      throw std::runtime_error(fmt::format("{}: {} (file shape {}, read as [B, H, N, d] = {})", in->name.who(),
+                                           detail, join_dims(in->array.shape),
+                                           join_dims({in->dims.begin(), in->dims.end()})));
+    }
+  }
+  const std::string flag = arg == "o" ? "--out" : "--" + arg;
+  for (const Output* out : outputs) {
+    if (out->name.flag == flag) throw std::runtime_error(fmt::format("{}: {}", out->name.who(), detail));
+  }
+  if (arg == "scale" || arg == "isa" || arg == "threads") {
+    throw std::runtime_error(fmt::format("--{}: {}", arg, detail));
+  }
+  throw std::runtime_error(e.what());
+}
+
+struct Settings {
+  Layout layout = Layout::bhsd;
+  std::optional<double> scale;
+  Isa isa = Isa::automatic;
+  int threads = 0;
+};
+
+// Flag values, checked before any file is read (bad values are usage errors).
+Settings check_flags(const RunArgs& args) {
+  Settings s;
+  if (args.layout == "bhsd") {
+    s.layout = Layout::bhsd;
+  } else if (args.layout == "bshd") {
+    s.layout = Layout::bshd;
+  } else {
+    throw UsageError(fmt::format("--layout: expected bhsd or bshd, got '{}'", args.layout));
+  }
+  if (!args.scale.empty()) {
+    const double x = parse_finite_double("--scale", args.scale);
+    if (!(x > 0)) throw UsageError(fmt::format("--scale: expected a number > 0, got {}", args.scale));
+    // The kernels multiply in float32.
+    if (!std::isfinite(static_cast<float>(x)) || static_cast<float>(x) == 0.0f) {
+      throw UsageError(fmt::format("--scale: expected a number representable in float32, got {}", args.scale));
+    }
+    s.scale = x;
+  }
+  try {
+    s.isa = parse_isa(args.isa);
+  } catch (const Error&) {
+    throw UsageError(fmt::format("--isa: expected auto, scalar or avx2, got '{}'", args.isa));
+  }
+  const std::int64_t threads = parse_integer("--threads", args.threads, 0);
+  if (threads > 1024) {
+    throw UsageError(fmt::format("--threads: expected 0 (one per hardware thread) or 1..1024, got {}", threads));
+  }
+  s.threads = static_cast<int>(threads);
+
+  // Two outputs on one path would silently overwrite each other.
+  std::vector<std::pair<std::string, std::string>> outs = {{"--out", args.out}};
+  if (!args.lse.empty()) outs.emplace_back("--lse", args.lse);
+  if (!args.probs.empty()) outs.emplace_back("--probs", args.probs);
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    for (std::size_t j = i + 1; j < outs.size(); ++j) {
+      if (fs::absolute(outs[i].second).lexically_normal() == fs::absolute(outs[j].second).lexically_normal()) {
+        throw UsageError(fmt::format("{} and {} name the same file {}", outs[i].first, outs[j].first, outs[j].second));
+      }
+    }
+  }
+  return s;
+}
+
+int run_run(const RunArgs& args) {
+  const Settings s = check_flags(args);
+  const Named out_name{"--out", args.out};
+  check_destination(out_name);
+  if (!args.lse.empty()) check_destination({"--lse", args.lse});
+  if (!args.probs.empty()) check_destination({"--probs", args.probs});
+
+  const Input q = load_input("--q", args.q, s.layout, args.reference);
+  const Input k = load_input("--k", args.k, s.layout, args.reference);
+  const Input v = load_input("--v", args.v, s.layout, args.reference);
+  const int rank = static_cast<int>(q.array.shape.size());
+  for (const Input* in : {&k, &v}) {
+    if (in->array.shape.size() != q.array.shape.size()) {
+      throw std::runtime_error(fmt::format("{}: expected rank {} like --q {} ({} for layout {}), got rank {} {}",
+                                           in->name.who(), rank, q.name.path, layout_axes(s.layout, rank),
+                                           args.layout, in->array.shape.size(), join_dims(in->array.shape)));
+    }
+  }
+
+  const std::int64_t b = q.dims[0], h = q.dims[1], n_q = q.dims[2], n_kv = k.dims[2], dv = v.dims[3];
+  // The library refuses a larger P too, but only after the caller has allocated it.
+  if (!args.probs.empty()) {
+    std::int64_t count = 1;
+    bool overflow = false;
+    for (std::int64_t x : {b, h, n_q, n_kv}) overflow |= x < 0 || __builtin_mul_overflow(count, x, &count);
+    if (overflow || count > kMaxProbsElements) {
+      throw std::runtime_error(fmt::format(
+          "--probs {}: expected at most {} elements (B*H*Nq*Nkv), got {}*{}*{}*{}{}", args.probs, kMaxProbsElements,
+          b, h, n_q, n_kv, overflow ? "" : fmt::format(" = {}", count)));
+    }
+  }
+
+  const DType out_dtype = args.reference ? DType::f64 : DType::f32;
+  std::vector<Output> outputs;
+  outputs.push_back(make_output(out_name, out_dtype, from_bhnd({b, h, n_q, dv}, s.layout, rank)));
+  if (!args.lse.empty()) outputs.push_back(make_output({"--lse", args.lse}, out_dtype, rank_adjusted({b, h, n_q}, rank)));
+  if (!args.probs.empty()) {
+    outputs.push_back(make_output({"--probs", args.probs}, out_dtype, rank_adjusted({b, h, n_q, n_kv}, rank)));
+  }
+
+  Options opt;
+  opt.scale = s.scale;
+  opt.causal = args.causal;
+  opt.isa = s.isa;
+  opt.threads = s.threads;
+  std::size_t next = 1;
+  if (!args.lse.empty()) opt.lse = TensorView::contiguous(outputs[next++].bytes.data(), out_dtype, {b, h, n_q});
+  if (!args.probs.empty()) {
+    opt.probs = TensorView::contiguous(outputs[next++].bytes.data(), out_dtype, {b, h, n_q, n_kv});
+  }
+  const TensorView o = layout_view(outputs[0].bytes.data(), out_dtype, {b, h, n_q, dv}, s.layout);
+  try {
+    if (args.reference) {
+      reference_attention(q.view, k.view, v.view, o, opt);
+    } else {
+      attention(q.view, k.view, v.view, o, opt);
+    }
+  } catch (const Error& e) {
+    std::vector<const Output*> outs;
+    for (const Output& out : outputs) outs.push_back(&out);
+    rethrow_named(e, {&q, &k, &v}, outs);
+  }
+
+  OutputFiles files;
+  for (const Output& out : outputs) files.stage(out);
+  files.commit();
+
+  // A summary of what was read and written.
+  const double scale = s.scale ? *s.scale : 1.0 / std::sqrt(static_cast<double>(q.dims[3]));
+  const int threads = s.threads > 0 ? s.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  fmt::print("sdpa run: {}, layout {}, scale {}{}{}\n\n",
+             args.reference ? "reference path (float64 oracle)"
+                            : fmt::format("fast path ({}, {} threads)", isa_name(resolve_isa(s.isa)), threads),
+             args.layout, format_number(scale), s.scale ? "" : fmt::format(" (1/√{})", q.dims[3]),
+             args.causal ? ", causal" : "");
+  Table t({{"array", Justify::left},
+           {"file", Justify::left},
+           {"dtype", Justify::left},
+           {"shape", Justify::left},
+           {"as [B, H, N, d]", Justify::left}});
+  for (const Input* in : {&q, &k, &v}) {
+    t.add_row({in->name.flag, in->name.path, dtype_name(in->array.dtype), join_dims(in->array.shape),
+               join_dims({in->dims.begin(), in->dims.end()})});
+  }
+  for (const Output& out : outputs) {
+    t.add_row({out.name.flag, out.name.path, dtype_name(out.dtype), join_dims(out.file_shape),
+               out.name.flag == "--out" ? join_dims({b, h, n_q, dv}) : ""});
+  }
+  fmt::print("{}", t.render());
+  return kExitOk;
+}
+
+const Registrar kRegistrar{Command{
+    "run",
+    "Compute attention on .npy files (float32 or float64, C order)",
+    [](CLI::App& sub) -> std::function<int()> {
+      auto args = std::make_shared<RunArgs>();
+      sub.add_option("--q", args->q, "Queries Q.npy: [B, H, Nq, d] (see --layout; 3-D drops B, 2-D drops B and H)")
+          ->required()
+          ->type_name("PATH");
+      sub.add_option("--k", args->k, "Keys K.npy: [B, Hkv, Nkv, d], Hkv dividing H")->required()->type_name("PATH");
+      sub.add_option("--v", args->v, "Values V.npy: [B, Hkv, Nkv, dv]")->required()->type_name("PATH");
+      sub.add_option("--out", args->out, "Output O.npy: [B, H, Nq, dv] in the layout and rank of Q")
+          ->required()
+          ->type_name("PATH");
+      sub.add_option("--lse", args->lse, "Also write the log-sum-exp per query: [B, H, Nq] (rank-adjusted)")
+          ->type_name("PATH");
+      sub.add_option("--probs", args->probs,
+                     fmt::format("Also write the probabilities: [B, H, Nq, Nkv] (rank-adjusted, at most {} elements)",
+                                 kMaxProbsElements))
+          ->type_name("PATH");
+      sub.add_option("--scale", args->scale, "Score scale, a finite number > 0 (default 1/√d)")->type_name("S");
+      sub.add_flag("--causal", args->causal, "Causal mask aligned to the bottom-right corner");
+      sub.add_option("--layout", args->layout, "Memory layout of all arrays: bhsd = [B, H, N, d], bshd = [B, N, H, d]")
+          ->type_name("bhsd|bshd")
+          ->capture_default_str();
+      sub.add_flag("--reference", args->reference,
+                   "Use the float64 oracle (float64 inputs stay float64; writes float64)");
+      sub.add_option("--isa", args->isa, "Kernel instruction set: auto, scalar or avx2")
+          ->type_name("ISA")
+          ->capture_default_str();
+      sub.add_option("--threads", args->threads, "Worker threads, 0 = one per hardware thread")
+          ->type_name("N")
+          ->capture_default_str();
+      sub.footer(
+          "Arrays are float32 or float64 in C order. 4-D is [B, H, N, d] (bhsd) or [B, N, H, d] (bshd), 3-D drops B,\n"
+          "2-D is [N, d]. O is written in the layout and rank of Q; lse and probs as [B, H, ...] with B (3-D) or\n"
+          "B and H (2-D) dropped. Outputs are float32 (float64 with --reference) and are written only when the whole\n"
+          "run succeeds.");
+      return [args] { return run_run(*args); };
+    },
+    30,
+}};
+
+}  // namespace
+}  // namespace sdpa::cli

@@ -1,0 +1,543 @@
+// End-to-end tests of the `sdpa` command line: the binary (SDPA_CLI) is run as
+// a separate process and judged by its exit code, its output and the files it
+// leaves behind. `run` results are checked against `run --reference` and
+// against a plain double-precision attention computed here from the files, so
+// that the layout and rank handling are checked independently of the library.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "io/npy.h"
+#include "sdpa/tensor_view.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using sdpa::DType;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// ---------------------------------------------------------------------------
+// Running the binary
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// A fresh folder per test, removed afterwards.
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    std::string name = std::string(info->test_suite_name()) + "." + info->name();
+    std::replace_if(name.begin(), name.end(), [](char c) { return !std::isalnum(static_cast<unsigned char>(c)); }, '_');
+    dir_ = fs::temp_directory_path() / ("sdpa_cli_test_" + name + "_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    capture_ = dir_ / "capture";
+    fs::create_directories(capture_);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  Result cli(const std::vector<std::string>& args) const {
+    std::string cmd = shell_quote(SDPA_CLI);
+    // Appended piecewise: `" " + std::string` trips a false -Wrestrict in GCC 12.
+    for (const std::string& a : args) {
+      cmd += ' ';
+      cmd += shell_quote(a);
+    }
+    const fs::path out = capture_ / "stdout", err = capture_ / "stderr";
+    cmd += " >";
+    cmd += shell_quote(out.string());
+    cmd += " 2>";
+    cmd += shell_quote(err.string());
+    cmd += " </dev/null";
+    const int status = std::system(cmd.c_str());
+    Result r;
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = slurp(out);
+    r.err = slurp(err);
+    return r;
+  }
+
+  // Names in the test folder containing ".tmp": leftovers of an unfinished write.
+  std::vector<std::string> tmp_leftovers() const {
+    std::vector<std::string> found;
+    for (const auto& e : fs::recursive_directory_iterator(dir_)) {
+      const std::string name = e.path().filename().string();
+      if (name.find(".tmp") != std::string::npos) found.push_back(name);
+    }
+    return found;
+  }
+
+  fs::path dir_, capture_;
+};
+
+// Suite names start with "cli" so that `ctest -R cli` selects exactly these tests.
+using cli_explain = CliTest;
+using cli_demo = CliTest;
+using cli_help = CliTest;
+
+std::string describe(const Result& r) {
+  return "exit " + std::to_string(r.code) + "\n--- stdout\n" + r.out + "--- stderr\n" + r.err;
+}
+
+// ---------------------------------------------------------------------------
+// Files
+
+std::vector<std::int64_t> file_shape(const std::string& layout, int rank, std::int64_t b, std::int64_t h,
+                                     std::int64_t n, std::int64_t c) {
+  if (rank == 2) return {n, c};
+  if (rank == 3) return layout == "bhsd" ? std::vector<std::int64_t>{h, n, c} : std::vector<std::int64_t>{n, h, c};
+  return layout == "bhsd" ? std::vector<std::int64_t>{b, h, n, c} : std::vector<std::int64_t>{b, n, h, c};
+}
+
+// Offset of element (b, h, n, c) of a C-order file in `layout` (any rank: the
+// dropped axes have size 1).
+std::int64_t offset(const std::string& layout, std::int64_t hs, std::int64_t ns, std::int64_t cs, std::int64_t b,
+                    std::int64_t h, std::int64_t n, std::int64_t c) {
+  if (layout == "bhsd") return ((b * hs + h) * ns + n) * cs + c;
+  return ((b * ns + n) * hs + h) * cs + c;
+}
+
+std::int64_t product(const std::vector<std::int64_t>& s) {
+  std::int64_t n = 1;
+  for (std::int64_t x : s) n *= x;
+  return n;
+}
+
+// Writes N(0, 1) values (as float32 or float64) and returns them as double.
+std::vector<double> write_random(const std::string& p, const std::vector<std::int64_t>& shape, bool f64,
+                                 std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> f(static_cast<std::size_t>(product(shape)));
+  for (float& x : f) x = normal(rng);
+  std::vector<double> d(f.begin(), f.end());
+  if (f64) {
+    sdpa::io::write_npy(p, DType::f64, shape, d.data());
+  } else {
+    sdpa::io::write_npy(p, DType::f32, shape, f.data());
+  }
+  return d;
+}
+
+void write_f32(const std::string& p, const std::vector<std::int64_t>& shape, float value = 0.5f) {
+  std::vector<float> f(static_cast<std::size_t>(product(shape)), value);
+  sdpa::io::write_npy(p, DType::f32, shape, f.data());
+}
+
+// An output file read back as double, with its dtype and shape checked.
+std::vector<double> read_values(const std::string& p, DType want, const std::vector<std::int64_t>& shape) {
+  const sdpa::io::NpyArray a = sdpa::io::read_npy(p);
+  EXPECT_EQ(a.dtype, want) << p;
+  EXPECT_EQ(a.shape, shape) << p;
+  std::vector<double> out(static_cast<std::size_t>(a.numel()));
+  if (a.dtype == DType::f32) {
+    std::copy(a.as<float>(), a.as<float>() + a.numel(), out.begin());
+  } else if (a.dtype == DType::f64) {
+    std::copy(a.as<double>(), a.as<double>() + a.numel(), out.begin());
+  }
+  return out;
+}
+
+// max |a - b|, counting equal infinities (lse of a query with no visible key) as exact.
+double max_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    if (a[i] == b[i]) continue;
+    const double d = std::fabs(a[i] - b[i]);
+    worst = std::isnan(d) ? std::numeric_limits<double>::infinity() : std::max(worst, d);
+  }
+  return worst;
+}
+
+// ---------------------------------------------------------------------------
+// explain
+
+TEST_F(cli_explain, Defaults) {
+  const Result r = cli({"explain"});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_THAT(r.out, HasSubstr("40 / √64 = 40 / 8 = 5.00\n"));
+  EXPECT_THAT(r.out, HasSubstr("standard deviation"));
+  EXPECT_EQ(r.err, "");
+}
+
+TEST_F(cli_explain, CustomValues) {
+  Result r = cli({"explain", "--score", "12", "--dk", "16"});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_THAT(r.out, HasSubstr("12 / √16 = 12 / 4 = 3.00\n"));
+
+  // Non-integers get up to 4 decimals, the result 2.
+  r = cli({"explain", "--score", "1.5", "--dk", "2"});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_THAT(r.out, HasSubstr("1.5 / √2 = 1.5 / 1.4142 = 1.06\n"));
+
+  r = cli({"explain", "--score=-8", "--dk", "4"});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_THAT(r.out, HasSubstr("-8 / √4 = -8 / 2 = -4.00\n"));
+}
+
+TEST_F(cli_explain, BadValuesAreUsageErrors) {
+  const std::vector<std::vector<std::string>> cases = {
+      {"--dk", "0"},       {"--dk", "-3"},         {"--dk", "2.5"},  {"--dk", "abc"},
+      {"--dk", ""},        {"--score", "nan"},     {"--score", "inf"}, {"--score", "1e999"},
+      {"--score", "12x"},  {"--score", ""},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> args = {"explain"};
+    args.insert(args.end(), c.begin(), c.end());
+    const Result r = cli(args);
+    EXPECT_EQ(r.code, 2) << c[0] << " " << c[1] << "\n" << describe(r);
+    EXPECT_THAT(r.err, HasSubstr(c[0])) << "the message names the flag";
+  }
+}
+
+// ---------------------------------------------------------------------------
+// demo
+
+TEST_F(cli_demo, ShowsTheTablesAndMatchesTheOracle) {
+  const Result r = cli({"demo"});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  for (const char* s : {"Tom", "New York", "lives", "5.00", "1.50", "1.00", "ranking unchanged:  yes", "seed",
+                        "1024", "ln 64", "ISA"}) {
+    EXPECT_THAT(r.out, HasSubstr(s));
+  }
+  const std::string label = "float64 oracle: ";
+  const auto at = r.out.find(label);
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const double diff = std::strtod(r.out.c_str() + at + label.size(), nullptr);
+  EXPECT_GE(diff, 0.0);
+  EXPECT_LT(diff, 1e-5);
+}
+
+// ---------------------------------------------------------------------------
+// --help
+
+TEST_F(cli_help, EverySubcommandExitsZero) {
+  for (const char* sub : {"explain", "demo", "run"}) {
+    const Result r = cli({sub, "--help"});
+    EXPECT_EQ(r.code, 0) << sub << "\n" << describe(r);
+    EXPECT_THAT(r.out, HasSubstr("Usage")) << sub;
+  }
+  const Result r = cli({"--help"});
+  EXPECT_EQ(r.code, 0) << describe(r);
+  for (const char* sub : {"explain", "demo", "run"}) EXPECT_THAT(r.out, HasSubstr(sub));
+}
+
+// ---------------------------------------------------------------------------
+// run: results
+
+struct RunCase {
+  std::string name;
+  std::string layout;
+  int rank;
+  std::int64_t b, h, h_kv, n_q, n_kv, d, dv;
+  bool causal = false;
+  bool f64 = false;
+  double scale = 0;                 // 0: the default 1/√d
+  std::vector<std::string> extra;  // more flags for both runs
+};
+
+RunCase run_case(std::string name, std::string layout, int rank, std::int64_t b, std::int64_t h, std::int64_t h_kv,
+                 std::int64_t n_q, std::int64_t n_kv, std::int64_t d, std::int64_t dv, bool causal = false,
+                 bool f64 = false, double scale = 0, std::vector<std::string> extra = {}) {
+  return RunCase{std::move(name), std::move(layout), rank, b, h, h_kv, n_q, n_kv, d, dv, causal, f64, scale,
+                 std::move(extra)};
+}
+
+void PrintTo(const RunCase& c, std::ostream* os) { *os << c.name; }
+
+class RunResults : public CliTest, public ::testing::WithParamInterface<RunCase> {};
+
+TEST_P(RunResults, FastPathMatchesReferenceAndAPlainComputation) {
+  const RunCase& c = GetParam();
+  const auto q = write_random(path("q.npy"), file_shape(c.layout, c.rank, c.b, c.h, c.n_q, c.d), c.f64, 1);
+  const auto k = write_random(path("k.npy"), file_shape(c.layout, c.rank, c.b, c.h_kv, c.n_kv, c.d), c.f64, 2);
+  const auto v = write_random(path("v.npy"), file_shape(c.layout, c.rank, c.b, c.h_kv, c.n_kv, c.dv), c.f64, 3);
+
+  std::vector<std::string> common = {"--q", path("q.npy"), "--k", path("k.npy"), "--v", path("v.npy"),
+                                     "--layout", c.layout};
+  if (c.causal) common.push_back("--causal");
+  if (c.scale > 0) {
+    std::ostringstream s;
+    s.precision(17);
+    s << c.scale;
+    common.insert(common.end(), {"--scale", s.str()});
+  }
+  common.insert(common.end(), c.extra.begin(), c.extra.end());
+
+  std::vector<std::string> fast = {"run", "--out", path("o.npy"), "--lse", path("lse.npy"), "--probs",
+                                   path("p.npy")};
+  fast.insert(fast.end(), common.begin(), common.end());
+  Result r = cli(fast);
+  ASSERT_EQ(r.code, 0) << describe(r);
+  std::vector<std::string> ref = {"run", "--reference", "--out", path("o_ref.npy"), "--lse", path("lse_ref.npy"),
+                                  "--probs", path("p_ref.npy")};
+  ref.insert(ref.end(), common.begin(), common.end());
+  r = cli(ref);
+  ASSERT_EQ(r.code, 0) << describe(r);
+
+  const auto o_shape = file_shape(c.layout, c.rank, c.b, c.h, c.n_q, c.dv);
+  std::vector<std::int64_t> lse_shape = {c.b, c.h, c.n_q}, p_shape = {c.b, c.h, c.n_q, c.n_kv};
+  lse_shape.erase(lse_shape.begin(), lse_shape.begin() + (4 - c.rank));
+  p_shape.erase(p_shape.begin(), p_shape.begin() + (4 - c.rank));
+  const auto o = read_values(path("o.npy"), DType::f32, o_shape);
+  const auto lse = read_values(path("lse.npy"), DType::f32, lse_shape);
+  const auto p = read_values(path("p.npy"), DType::f32, p_shape);
+  const auto o_ref = read_values(path("o_ref.npy"), DType::f64, o_shape);
+  const auto lse_ref = read_values(path("lse_ref.npy"), DType::f64, lse_shape);
+  const auto p_ref = read_values(path("p_ref.npy"), DType::f64, p_shape);
+  EXPECT_LT(max_diff(o, o_ref), 1e-5);
+  EXPECT_LT(max_diff(lse, lse_ref), 1e-5);
+  EXPECT_LT(max_diff(p, p_ref), 1e-5);
+
+  // The same attention written out plainly, reading the files by their layout.
+  const double scale = c.scale > 0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(c.d));
+  std::vector<double> o_want(o_ref.size()), lse_want(lse_ref.size()), p_want(p_ref.size());
+  for (std::int64_t b = 0; b < c.b; ++b) {
+    for (std::int64_t h = 0; h < c.h; ++h) {
+      const std::int64_t hk = h / (c.h / c.h_kv);
+      for (std::int64_t i = 0; i < c.n_q; ++i) {
+        const std::int64_t visible = c.causal ? std::clamp<std::int64_t>(i + c.n_kv - c.n_q + 1, 0, c.n_kv) : c.n_kv;
+        const std::int64_t row = (b * c.h + h) * c.n_q + i;
+        if (visible == 0) {
+          lse_want[row] = -std::numeric_limits<double>::infinity();
+          continue;  // O and P stay 0
+        }
+        std::vector<double> s(static_cast<std::size_t>(visible));
+        for (std::int64_t j = 0; j < visible; ++j) {
+          double dot = 0;
+          for (std::int64_t e = 0; e < c.d; ++e) {
+            dot += q[offset(c.layout, c.h, c.n_q, c.d, b, h, i, e)] * k[offset(c.layout, c.h_kv, c.n_kv, c.d, b, hk, j, e)];
+          }
+          s[j] = scale * dot;
+        }
+        const double m = *std::max_element(s.begin(), s.end());
+        double l = 0;
+        for (double& x : s) l += x = std::exp(x - m);
+        lse_want[row] = m + std::log(l);
+        for (std::int64_t j = 0; j < visible; ++j) p_want[row * c.n_kv + j] = s[j] / l;
+        for (std::int64_t e = 0; e < c.dv; ++e) {
+          double acc = 0;
+          for (std::int64_t j = 0; j < visible; ++j) acc += s[j] * v[offset(c.layout, c.h_kv, c.n_kv, c.dv, b, hk, j, e)];
+          o_want[offset(c.layout, c.h, c.n_q, c.dv, b, h, i, e)] = acc / l;
+        }
+      }
+    }
+  }
+  EXPECT_LT(max_diff(o_ref, o_want), 1e-9);
+  EXPECT_LT(max_diff(lse_ref, lse_want), 1e-9);
+  EXPECT_LT(max_diff(p_ref, p_want), 1e-9);
+  EXPECT_THAT(tmp_leftovers(), ::testing::IsEmpty());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    cli, RunResults,
+    ::testing::Values(run_case("bhsd_4d", "bhsd", 4, 2, 4, 2, 37, 45, 16, 12),
+                      run_case("bshd_4d_causal", "bshd", 4, 2, 4, 2, 37, 45, 16, 12, true),
+                      run_case("bhsd_3d_causal", "bhsd", 3, 1, 3, 1, 50, 50, 32, 32, true),
+                      run_case("bshd_3d", "bshd", 3, 1, 2, 2, 20, 33, 8, 5),
+                      // Nq > Nkv: the first queries see no key (lse -inf, O and P zero).
+                      run_case("bhsd_2d_causal_more_queries", "bhsd", 2, 1, 1, 1, 20, 12, 16, 16, true),
+                      run_case("bshd_2d_one_query", "bshd", 2, 1, 1, 1, 1, 70, 64, 3),
+                      run_case("bshd_4d_float64_inputs", "bshd", 4, 1, 4, 4, 19, 19, 24, 24, true, true),
+                      run_case("bhsd_4d_scale_scalar_isa_threads", "bhsd", 4, 2, 2, 1, 9, 17, 8, 8, false, false, 0.3,
+                              {"--isa", "scalar", "--threads", "3"})),
+    [](const ::testing::TestParamInfo<RunCase>& info) { return info.param.name; });
+
+// ---------------------------------------------------------------------------
+// run: exit codes and messages
+
+class RunErrors : public CliTest {
+ protected:
+  void SetUp() override {
+    CliTest::SetUp();
+    write_f32(path("q.npy"), {2, 4, 6, 8});
+    write_f32(path("k.npy"), {2, 2, 5, 8});
+    write_f32(path("v.npy"), {2, 2, 5, 3});
+  }
+  std::vector<std::string> args(std::vector<std::string> more = {}) const {
+    std::vector<std::string> a = {"run", "--q", path("q.npy"), "--k", path("k.npy"), "--v", path("v.npy"),
+                                  "--out", path("o.npy")};
+    a.insert(a.end(), more.begin(), more.end());
+    return a;
+  }
+  // A failure: exit 1, one line on stderr naming `names`, no output file.
+  void expect_failure(const std::vector<std::string>& a, const std::string& names) const {
+    const Result r = cli(a);
+    EXPECT_EQ(r.code, 1) << describe(r);
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_THAT(r.err, HasSubstr(names));
+    EXPECT_FALSE(fs::exists(path("o.npy")));
+  }
+};
+
+using cli_run = RunErrors;
+
+TEST_F(cli_run, TheFixtureRunsCleanly) {
+  const Result r = cli(args());
+  EXPECT_EQ(r.code, 0) << describe(r);
+  EXPECT_TRUE(fs::exists(path("o.npy")));
+}
+
+TEST_F(cli_run, BadFlagValuesAreUsageErrors) {
+  const std::vector<std::vector<std::string>> cases = {
+      {"--scale", "0"},      {"--scale", "-1"},    {"--scale", "nan"},    {"--scale", "inf"},
+      {"--scale", "abc"},    {"--scale", "1e-60"}, {"--layout", "bsdh"},  {"--layout", ""},
+      {"--isa", "sse9"},     {"--threads", "-1"},  {"--threads", "many"}, {"--threads", "100000"},
+      {"--bogus"},           {"--lse", path("o.npy")},
+  };
+  for (const auto& c : cases) {
+    const Result r = cli(args(c));
+    EXPECT_EQ(r.code, 2) << c[0] << "\n" << describe(r);
+    EXPECT_THAT(r.err, HasSubstr(c[0]));
+    EXPECT_FALSE(fs::exists(path("o.npy"))) << c[0];
+  }
+  // A required flag missing, and no subcommand at all.
+  Result r = cli({"run", "--q", path("q.npy"), "--k", path("k.npy"), "--v", path("v.npy")});
+  EXPECT_EQ(r.code, 2) << describe(r);
+  EXPECT_THAT(r.err, HasSubstr("--out"));
+  r = cli({});
+  EXPECT_EQ(r.code, 2) << describe(r);
+}
+
+TEST_F(cli_run, MissingFile) {
+  auto a = args();
+  a[2] = path("nope.npy");
+  expect_failure(a, "nope.npy");
+  a[2] = dir_.string();  // a directory is not a file either
+  expect_failure(a, "--q");
+}
+
+TEST_F(cli_run, ShapeMismatchBetweenQAndK) {
+  write_f32(path("k.npy"), {2, 2, 5, 7});  // d = 7, q has d = 8
+  expect_failure(args(), "k.npy");
+  write_f32(path("k.npy"), {2, 3, 5, 8});  // 3 KV heads do not divide 4 query heads
+  expect_failure(args(), "k.npy");
+  write_f32(path("k.npy"), {2, 2, 4, 8});  // 4 keys, 5 values
+  expect_failure(args(), "v.npy");
+}
+
+TEST_F(cli_run, WrongDtype) {
+  std::vector<std::int32_t> ints(2 * 4 * 6 * 8, 1);
+  sdpa::io::write_npy(path("q.npy"), DType::i32, std::vector<std::int64_t>{2, 4, 6, 8}, ints.data());
+  expect_failure(args(), "q.npy");
+  const Result r = cli(args());
+  EXPECT_THAT(r.err, HasSubstr("int32"));
+}
+
+TEST_F(cli_run, RankMismatchAndUnsupportedRank) {
+  write_f32(path("k.npy"), {5, 8});
+  expect_failure(args(), "k.npy");
+  write_f32(path("q.npy"), {48});
+  expect_failure(args(), "q.npy");
+}
+
+TEST_F(cli_run, ProbsLargerThanTheLibraryLimit) {
+  // 16385² > 2^28 probabilities, from three inputs of 64 KiB each.
+  for (const char* n : {"q.npy", "k.npy", "v.npy"}) write_f32(path(n), {16385, 1});
+  const Result r = cli(args({"--probs", path("p.npy")}));
+  EXPECT_EQ(r.code, 1) << describe(r);
+  EXPECT_THAT(r.err, HasSubstr("--probs"));
+  EXPECT_THAT(r.err, HasSubstr("268435456"));
+  EXPECT_FALSE(fs::exists(path("o.npy")));
+  EXPECT_FALSE(fs::exists(path("p.npy")));
+}
+
+TEST_F(cli_run, NoPartialOutputOnFailure) {
+  // The computation fails: no output at all.
+  write_f32(path("k.npy"), {2, 2, 5, 7});
+  Result r = cli(args({"--lse", path("lse.npy"), "--probs", path("p.npy")}));
+  EXPECT_EQ(r.code, 1) << describe(r);
+  for (const char* n : {"o.npy", "lse.npy", "p.npy"}) EXPECT_FALSE(fs::exists(path(n))) << n;
+
+  // A later output cannot be written (its name is too long for the file
+  // system): the earlier one must not appear either.
+  write_f32(path("k.npy"), {2, 2, 5, 8});
+  const std::string too_long = path(std::string(300, 'x') + ".npy");
+  r = cli(args({"--lse", too_long}));
+  EXPECT_EQ(r.code, 1) << describe(r);
+  EXPECT_THAT(r.err, HasSubstr("--lse"));
+  EXPECT_FALSE(fs::exists(path("o.npy")));
+  r = cli(args({"--lse", path("lse.npy"), "--probs", too_long}));
+  EXPECT_EQ(r.code, 1) << describe(r);
+  EXPECT_FALSE(fs::exists(path("o.npy")));
+  EXPECT_FALSE(fs::exists(path("lse.npy")));
+
+  // An output in a folder that does not exist.
+  r = cli(args({"--lse", path("no/such/dir/lse.npy")}));
+  EXPECT_EQ(r.code, 1) << describe(r);
+  EXPECT_FALSE(fs::exists(path("o.npy")));
+  EXPECT_THAT(tmp_leftovers(), ::testing::IsEmpty());
+}
+
+TEST_F(cli_run, ExistingOutputsAreLeftUnchangedByAFailingRun) {
+  {
+    std::ofstream(path("o.npy"), std::ios::binary) << "previous O";
+    std::ofstream(path("lse.npy"), std::ios::binary) << "previous lse";
+  }
+  // A failing computation.
+  write_f32(path("v.npy"), {2, 2, 4, 3});
+  Result r = cli(args({"--lse", path("lse.npy")}));
+  EXPECT_EQ(r.code, 1) << describe(r);
+  EXPECT_EQ(slurp(path("o.npy")), "previous O");
+  EXPECT_EQ(slurp(path("lse.npy")), "previous lse");
+
+  // A failing later output, after O and lse could have been written.
+  write_f32(path("v.npy"), {2, 2, 5, 3});
+  r = cli(args({"--lse", path("lse.npy"), "--probs", path(std::string(300, 'p') + ".npy")}));
+  EXPECT_EQ(r.code, 1) << describe(r);
+  EXPECT_EQ(slurp(path("o.npy")), "previous O");
+  EXPECT_EQ(slurp(path("lse.npy")), "previous lse");
+
+  // A failing input read.
+  auto missing = args({"--lse", path("lse.npy")});
+  missing[2] = path("missing.npy");
+  r = cli(missing);
+  EXPECT_EQ(r.code, 1) << describe(r);
+  EXPECT_EQ(slurp(path("o.npy")), "previous O");
+  EXPECT_THAT(tmp_leftovers(), ::testing::IsEmpty());
+
+  // And a successful run replaces them.
+  r = cli(args({"--lse", path("lse.npy")}));
+  EXPECT_EQ(r.code, 0) << describe(r);
+  EXPECT_NE(slurp(path("o.npy")), "previous O");
+  read_values(path("o.npy"), DType::f32, {2, 4, 6, 3});
+  read_values(path("lse.npy"), DType::f32, {2, 4, 6});
+  EXPECT_THAT(tmp_leftovers(), ::testing::IsEmpty());
+}
+
+}  // namespace
