@@ -1,0 +1,278 @@
+// Packed variable-length batches, KV cache append + attend, and paged caches:
+// each equals the plain call it stands for bit for bit, matches the oracle,
+// and rejects bad calls before writing anything.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "sdpa/attention.h"
+#include "sdpa/serving.h"
+
+namespace sdpa {
+namespace {
+
+std::vector<float> randn(std::size_t n, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal;
+  std::vector<float> x(n);
+  for (float& e : x) e = normal(rng);
+  return x;
+}
+
+class Serving : public ::testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override {
+    if (!isa_supported(GetParam())) GTEST_SKIP() << "CPU lacks " << isa_name(GetParam());
+  }
+  Options opts(bool causal, int threads = 2) const {
+    Options o;
+    o.isa = GetParam();
+    o.causal = causal;
+    o.threads = threads;
+    return o;
+  }
+};
+
+std::string isa_param_name(const ::testing::TestParamInfo<Isa>& info) { return isa_name(info.param); }
+
+TEST_P(Serving, varlen_equals_separate_calls_bit_for_bit) {
+  const std::int64_t h = 4, h_kv = 2, d = 32, dv = 24;
+  const std::vector<std::int64_t> len_q = {5, 0, 130, 1, 64}, len_k = {9, 7, 130, 700, 0};
+  for (bool causal : {false, true}) {
+    for (int window : {-1, 40}) {
+      std::vector<std::int32_t> cu_q = {0}, cu_k = {0};
+      for (std::size_t s = 0; s < len_q.size(); ++s) {
+        cu_q.push_back(cu_q.back() + len_q[s]);
+        cu_k.push_back(cu_k.back() + len_k[s]);
+      }
+      const std::int64_t tq = cu_q.back(), tk = cu_k.back();
+      std::vector<float> q = randn(tq * h * d, 1), k = randn(tk * h_kv * d, 2), v = randn(tk * h_kv * dv, 3);
+      std::vector<float> o(tq * h * dv, NAN), lse(h * tq, NAN);
+      Options opt = opts(causal);
+      opt.window_left = window;
+      opt.lse = TensorView::contiguous(lse.data(), {h, tq});
+      const std::int64_t n = static_cast<std::int64_t>(len_q.size());
+      attention_varlen(TensorView::contiguous(q.data(), {tq, h, d}), TensorView::contiguous(k.data(), {tk, h_kv, d}),
+                       TensorView::contiguous(v.data(), {tk, h_kv, dv}), TensorView::contiguous(o.data(), {tq, h, dv}),
+                       TensorView::contiguous(cu_q.data(), DType::i32, {n + 1}),
+                       TensorView::contiguous(cu_k.data(), DType::i32, {n + 1}), opt, 130, 700);
+      for (std::int64_t s = 0; s < n; ++s) {
+        // The same sequence as a call of its own, through [B, N, H, d] views of the packed rows.
+        std::vector<float> os(len_q[s] * h * dv, NAN), ls(h * len_q[s], NAN);
+        Options one = opt;
+        one.lse = TensorView::contiguous(ls.data(), {1, h, len_q[s]});
+        attention(TensorView::bshd(q.data() + cu_q[s] * h * d, 1, len_q[s], h, d),
+                  TensorView::bshd(k.data() + cu_k[s] * h_kv * d, 1, len_k[s], h_kv, d),
+                  TensorView::bshd(v.data() + cu_k[s] * h_kv * dv, 1, len_k[s], h_kv, dv),
+                  TensorView::bshd(os.data(), 1, len_q[s], h, dv), one);
+        ASSERT_EQ(0, std::memcmp(os.data(), o.data() + cu_q[s] * h * dv, os.size() * 4))
+            << "sequence " << s << " causal " << causal << " window " << window;
+        for (std::int64_t hh = 0; hh < h; ++hh)
+          for (std::int64_t i = 0; i < len_q[s]; ++i) {
+            const float a = ls[hh * len_q[s] + i], b = lse[hh * tq + cu_q[s] + i];
+            ASSERT_TRUE(a == b || (std::isnan(a) && std::isnan(b))) << "lse of sequence " << s;
+          }
+      }
+    }
+  }
+}
+
+TEST_P(Serving, varlen_matches_oracle) {
+  const std::int64_t h = 2, h_kv = 1, d = 16, dv = 16;
+  std::vector<std::int64_t> cu_q = {0, 3, 3, 40}, cu_k = {0, 50, 51, 90};
+  std::vector<float> q = randn(40 * h * d, 4), k = randn(90 * h_kv * d, 5), v = randn(90 * h_kv * dv, 6);
+  std::vector<float> o(40 * h * dv);
+  std::vector<double> o_ref(o.size());
+  auto call = [&](const TensorView& out, bool ref) {
+    attention_varlen(TensorView::contiguous(q.data(), {40, h, d}), TensorView::contiguous(k.data(), {90, h_kv, d}),
+                     TensorView::contiguous(v.data(), {90, h_kv, dv}), out,
+                     TensorView::contiguous(cu_q.data(), DType::i64, {4}),
+                     TensorView::contiguous(cu_k.data(), DType::i64, {4}), opts(true), -1, -1, ref);
+  };
+  call(TensorView::contiguous(o.data(), {40, h, dv}), false);
+  call(TensorView::contiguous(o_ref.data(), {40, h, dv}), true);
+  for (std::size_t i = 0; i < o.size(); ++i) EXPECT_NEAR(o[i], o_ref[i], 2e-6) << i;
+}
+
+// A KV cache of `capacity` slots per sequence with guard values around what is written.
+struct Cache {
+  std::int64_t b, h_kv, cap, d;
+  std::vector<float> k, v;
+  Cache(std::int64_t b_, std::int64_t h_kv_, std::int64_t cap_, std::int64_t d_, std::uint64_t seed)
+      : b(b_), h_kv(h_kv_), cap(cap_), d(d_), k(randn(b * h_kv * cap * d, seed)), v(randn(b * h_kv * cap * d, seed + 1)) {}
+  TensorView kv() { return TensorView::contiguous(k.data(), {b, h_kv, cap, d}); }
+  TensorView vv() { return TensorView::contiguous(v.data(), {b, h_kv, cap, d}); }
+};
+
+TEST_P(Serving, kvcache_append_writes_exactly_the_new_slots) {
+  const std::int64_t b = 3, h = 8, h_kv = 2, cap = 40, d = 16, n_new = 3;
+  Cache cache(b, h_kv, cap, d, 10);
+  const std::vector<float> k_before = cache.k, v_before = cache.v;
+  std::vector<std::int32_t> lens = {0, 17, 37};
+  std::vector<float> kn = randn(b * h_kv * n_new * d, 11), vn = randn(b * h_kv * n_new * d, 12);
+  std::vector<float> q = randn(b * h * n_new * d, 13), o(b * h * n_new * d);
+  attention_kvcache(TensorView::contiguous(q.data(), {b, h, n_new, d}), cache.kv(), cache.vv(),
+                    TensorView::contiguous(lens.data(), DType::i32, {b}),
+                    TensorView::contiguous(kn.data(), {b, h_kv, n_new, d}),
+                    TensorView::contiguous(vn.data(), {b, h_kv, n_new, d}), TensorView::contiguous(o.data(), {b, h, n_new, d}),
+                    opts(true));
+  for (std::int64_t i = 0; i < b; ++i)
+    for (std::int64_t hk = 0; hk < h_kv; ++hk)
+      for (std::int64_t j = 0; j < cap; ++j)
+        for (std::int64_t c = 0; c < d; ++c) {
+          const std::int64_t at = ((i * h_kv + hk) * cap + j) * d + c;
+          const bool fresh = j >= lens[i] && j < lens[i] + n_new;
+          const std::int64_t src = ((i * h_kv + hk) * n_new + (j - lens[i])) * d + c;
+          ASSERT_EQ(cache.k[at], fresh ? kn[src] : k_before[at]) << "b=" << i << " j=" << j;
+          ASSERT_EQ(cache.v[at], fresh ? vn[src] : v_before[at]) << "b=" << i << " j=" << j;
+        }
+  // The output equals plain causal attention over each sequence's first lens + n_new keys.
+  for (std::int64_t i = 0; i < b; ++i) {
+    const std::int64_t total = lens[i] + n_new;
+    std::vector<double> ref(h * n_new * d);
+    TensorView kv = TensorView::contiguous(cache.k.data() + i * h_kv * cap * d, {1, h_kv, total, d});
+    kv.stride = {0, cap * d, d, 1};
+    TensorView vv = TensorView::contiguous(cache.v.data() + i * h_kv * cap * d, {1, h_kv, total, d});
+    vv.stride = {0, cap * d, d, 1};
+    reference_attention(TensorView::contiguous(q.data() + i * h * n_new * d, {1, h, n_new, d}), kv, vv,
+                        TensorView::contiguous(ref.data(), {1, h, n_new, d}), opts(true));
+    for (std::size_t e = 0; e < ref.size(); ++e) ASSERT_NEAR(o[i * h * n_new * d + e], ref[e], 2e-6) << "b=" << i;
+  }
+}
+
+TEST_P(Serving, kvcache_overflow_is_rejected_before_writing) {
+  const std::int64_t b = 2, h = 2, h_kv = 2, cap = 10, d = 8;
+  Cache cache(b, h_kv, cap, d, 20);
+  const std::vector<float> k_before = cache.k;
+  std::vector<std::int64_t> lens = {3, 9};  // 9 + 2 > 10
+  std::vector<float> kn(b * h_kv * 2 * d, 7.0f), q(b * h * 1 * d), o(b * h * d, 42.0f);
+  try {
+    attention_kvcache(TensorView::contiguous(q.data(), {b, h, 1, d}), cache.kv(), cache.vv(),
+                      TensorView::contiguous(lens.data(), DType::i64, {b}),
+                      TensorView::contiguous(kn.data(), {b, h_kv, 2, d}), TensorView::contiguous(kn.data(), {b, h_kv, 2, d}),
+                      TensorView::contiguous(o.data(), {b, h, 1, d}), opts(true));
+    FAIL() << "accepted an overflow";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.arg(), "cache_seqlens");
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("9 + 2 at [1]"));
+  }
+  EXPECT_EQ(cache.k, k_before);
+  for (float x : o) EXPECT_EQ(x, 42.0f);
+}
+
+// Paged and contiguous caches hold the same keys; attention over them must agree bit for bit.
+TEST_P(Serving, paged_equals_contiguous_bit_for_bit) {
+  const std::int64_t b = 3, h = 8, h_kv = 2, d = 64, cap = 600;
+  const std::vector<std::int32_t> lens = {0, 257, 590};
+  for (std::int64_t page_size : {1, 3, 16, 256}) {
+    for (std::int64_t n_new : {1, 7}) {  // decode, and prefill into the cache
+      Cache cache(b, h_kv, cap, d, 30);
+      const std::int64_t max_pages = (cap + page_size - 1) / page_size, num_pages = b * max_pages + 5;
+      // Shuffled page order: sequence i's page p is a random free page.
+      std::vector<std::int32_t> order(num_pages);
+      std::iota(order.begin(), order.end(), 0);
+      std::shuffle(order.begin(), order.end(), std::mt19937(static_cast<unsigned>(page_size)));
+      std::vector<std::int32_t> table(b * max_pages);
+      for (std::int64_t i = 0; i < b * max_pages; ++i) table[i] = order[i];
+      std::vector<float> kp(num_pages * page_size * h_kv * d, NAN), vp(kp.size(), NAN);
+      for (std::int64_t i = 0; i < b; ++i)
+        for (std::int64_t j = 0; j < lens[i]; ++j)
+          for (std::int64_t hk = 0; hk < h_kv; ++hk) {
+            const std::int64_t page = table[i * max_pages + j / page_size];
+            const std::int64_t dst = ((page * page_size + j % page_size) * h_kv + hk) * d;
+            const std::int64_t src = ((i * h_kv + hk) * cap + j) * d;
+            std::copy_n(cache.k.data() + src, d, kp.data() + dst);
+            std::copy_n(cache.v.data() + src, d, vp.data() + dst);
+          }
+      std::vector<float> kn = randn(b * h_kv * n_new * d, 31), vn = randn(b * h_kv * n_new * d, 32);
+      std::vector<float> q = randn(b * h * n_new * d, 33), o1(b * h * n_new * d), o2(o1.size()), l1(b * h * n_new),
+                         l2(l1.size());
+      for (int threads : {1, 2}) {
+        Options opt = opts(true, threads);
+        Cache c2 = cache;
+        opt.lse = TensorView::contiguous(l1.data(), {b, h, n_new});
+        attention_kvcache(TensorView::contiguous(q.data(), {b, h, n_new, d}), c2.kv(), c2.vv(),
+                          TensorView::contiguous(lens.data(), DType::i32, {b}),
+                          TensorView::contiguous(kn.data(), {b, h_kv, n_new, d}),
+                          TensorView::contiguous(vn.data(), {b, h_kv, n_new, d}),
+                          TensorView::contiguous(o1.data(), {b, h, n_new, d}), opt);
+        std::vector<float> kp2 = kp, vp2 = vp;
+        opt.lse = TensorView::contiguous(l2.data(), {b, h, n_new});
+        attention_paged(TensorView::contiguous(q.data(), {b, h, n_new, d}),
+                        TensorView::contiguous(kp2.data(), {num_pages, page_size, h_kv, d}),
+                        TensorView::contiguous(vp2.data(), {num_pages, page_size, h_kv, d}),
+                        TensorView::contiguous(table.data(), DType::i32, {b, max_pages}),
+                        TensorView::contiguous(lens.data(), DType::i32, {b}),
+                        TensorView::contiguous(kn.data(), {b, h_kv, n_new, d}),
+                        TensorView::contiguous(vn.data(), {b, h_kv, n_new, d}),
+                        TensorView::contiguous(o2.data(), {b, h, n_new, d}), opt);
+        ASSERT_EQ(0, std::memcmp(o1.data(), o2.data(), o1.size() * 4)) << "page_size " << page_size << " n_new " << n_new
+                                                                       << " threads " << threads;
+        ASSERT_EQ(0, std::memcmp(l1.data(), l2.data(), l1.size() * 4));
+      }
+    }
+  }
+}
+
+TEST_P(Serving, decode_is_bitwise_identical_for_1_and_2_threads) {
+  const std::int64_t b = 2, h = 32, h_kv = 8, d = 128, cap = 5000;
+  Cache cache(b, h_kv, cap, d, 40);
+  std::vector<std::int32_t> lens = {4999, 3000};
+  std::vector<float> q = randn(b * h * d, 41), o1(b * h * d), o2(o1.size());
+  for (auto [threads, out] : {std::pair{1, &o1}, std::pair{2, &o2}}) {
+    attention_kvcache(TensorView::contiguous(q.data(), {b, h, 1, d}), cache.kv(), cache.vv(),
+                      TensorView::contiguous(lens.data(), DType::i32, {b}), TensorView(), TensorView(),
+                      TensorView::contiguous(out->data(), {b, h, 1, d}), opts(false, threads));
+  }
+  EXPECT_EQ(0, std::memcmp(o1.data(), o2.data(), o1.size() * 4));
+}
+
+TEST(ServingErrors, bad_calls_name_their_argument) {
+  auto arg_of = [](auto&& f) -> std::string {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.arg() + " | " + e.what();
+    }
+    return "accepted";
+  };
+  std::vector<float> q(10 * 2 * 8), k(10 * 2 * 8), o(q.size());
+  std::vector<std::int32_t> bad = {0, 6, 4, 10}, good = {0, 4, 6, 10};
+  auto varlen = [&](std::vector<std::int32_t>& cq, std::int64_t hkv) {
+    attention_varlen(TensorView::contiguous(q.data(), {10, 2, 8}), TensorView::contiguous(k.data(), {10, hkv, 8 * 2 / hkv}),
+                     TensorView::contiguous(k.data(), {10, hkv, 8 * 2 / hkv}), TensorView::contiguous(o.data(), {10, 2, 8}),
+                     TensorView::contiguous(cq.data(), DType::i32, {4}), TensorView::contiguous(good.data(), DType::i32, {4}));
+  };
+  EXPECT_THAT(arg_of([&] { varlen(bad, 2); }), ::testing::StartsWith("cu_seqlens_q | cu_seqlens_q: expected non-decreasing"));
+  std::vector<float> k3(10 * 3 * 8);
+  EXPECT_THAT(arg_of([&] {
+                attention_varlen(TensorView::contiguous(q.data(), {10, 2, 8}), TensorView::contiguous(k3.data(), {10, 3, 8}),
+                                 TensorView::contiguous(k3.data(), {10, 3, 8}), TensorView::contiguous(o.data(), {10, 2, 8}),
+                                 TensorView::contiguous(good.data(), DType::i32, {4}),
+                                 TensorView::contiguous(good.data(), DType::i32, {4}));
+              }),
+              ::testing::StartsWith("k | k: expected heads Hkv dividing H=2"));
+  // A page index out of range.
+  std::vector<float> pages(4 * 2 * 1 * 8), q1(1 * 1 * 1 * 8), o1(8);
+  std::vector<std::int32_t> table = {0, 7}, lens = {3};
+  EXPECT_THAT(arg_of([&] {
+                attention_paged(TensorView::contiguous(q1.data(), {1, 1, 1, 8}),
+                                TensorView::contiguous(pages.data(), {4, 2, 1, 8}),
+                                TensorView::contiguous(pages.data(), {4, 2, 1, 8}),
+                                TensorView::contiguous(table.data(), DType::i32, {1, 2}),
+                                TensorView::contiguous(lens.data(), DType::i32, {1}), TensorView(), TensorView(),
+                                TensorView::contiguous(o1.data(), {1, 1, 1, 8}));
+              }),
+              ::testing::HasSubstr("block_table: expected page indices in [0, num_pages=4), got 7 at [0, 1]"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Isa, Serving, ::testing::ValuesIn(compiled_isas()), isa_param_name);
+
+}  // namespace
+}  // namespace sdpa
