@@ -31,6 +31,7 @@
 #include "commands.h"
 #include "io/npy.h"
 #include "sdpa/attention.h"
+#include "sdpa/serving.h"
 
 namespace sdpa::cli {
 namespace {
@@ -47,6 +48,9 @@ struct RunArgs {
   bool reference = false;
   std::string isa = "auto";
   std::string threads = "0";
+  std::string cu_seqlens_q, cu_seqlens_k;  // packed variable-length batches
+  std::string window_left = "-1", window_right = "-1";
+  std::string softcap;
 };
 
 // Everything a failure message needs to name: the flag and the file.
@@ -271,6 +275,8 @@ void check_destination(const Named& name) {
 struct Settings {
   Layout layout = Layout::bhsd;
   std::optional<double> scale;
+  std::int64_t window_left = -1, window_right = -1;
+  double softcap = 0;
   Isa isa = Isa::automatic;
   int threads = 0;
 };
@@ -304,6 +310,16 @@ Settings check_flags(const RunArgs& args) {
     throw UsageError(fmt::format("--threads: expected 0 (one per hardware thread) or 1..1024, got {}", threads));
   }
   s.threads = static_cast<int>(threads);
+  s.window_left = parse_integer("--window-left", args.window_left, -1);
+  s.window_right = parse_integer("--window-right", args.window_right, -1);
+  if (!args.softcap.empty()) {
+    s.softcap = parse_finite_double("--softcap", args.softcap);
+    if (!(s.softcap > 0)) throw UsageError(fmt::format("--softcap: expected a number > 0, got {}", args.softcap));
+  }
+  if (args.cu_seqlens_q.empty() != args.cu_seqlens_k.empty())
+    throw UsageError("--cu-seqlens-q and --cu-seqlens-k: expected both (a packed batch) or neither");
+  if (!args.cu_seqlens_q.empty() && !args.probs.empty())
+    throw UsageError("--probs: not available with packed sequences (--cu-seqlens-q/k)");
 
   // Two outputs on one path would silently overwrite each other.
   std::vector<std::pair<std::string, std::string>> outs = {{"--out", args.out}};
@@ -319,8 +335,91 @@ Settings check_flags(const RunArgs& args) {
   return s;
 }
 
+Options base_options(const RunArgs& args, const Settings& s) {
+  Options opt;
+  opt.scale = s.scale;
+  opt.causal = args.causal;
+  opt.isa = s.isa;
+  opt.threads = s.threads;
+  opt.window_left = s.window_left;
+  opt.window_right = s.window_right;
+  opt.softcap = s.softcap;
+  return opt;
+}
+
+// int32/int64 prefix sums [n + 1].
+io::NpyArray load_cu(const std::string& flag, const std::string& path) {
+  io::NpyArray a;
+  try {
+    a = io::read_npy(path);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(fmt::format("{} {}", flag, e.what()));
+  }
+  if ((a.dtype != DType::i32 && a.dtype != DType::i64) || a.shape.size() != 1)
+    throw std::runtime_error(fmt::format("{} {}: expected a 1-D int32 or int64 array [n + 1], got {} {}", flag, path,
+                                         dtype_name(a.dtype), join_dims(a.shape)));
+  return a;
+}
+
+// Packed variable-length batch: Q [total_q, H, d], K/V [total_k, Hkv, d|dv],
+// O [total_q, H, dv], lse [H, total_q]; sequence s is rows cu[s] .. cu[s+1].
+int run_packed(const RunArgs& args, const Settings& s) {
+  const Named out_name{"--out", args.out};
+  check_destination(out_name);
+  if (!args.lse.empty()) check_destination({"--lse", args.lse});
+  io::NpyArray cu_q = load_cu("--cu-seqlens-q", args.cu_seqlens_q), cu_k = load_cu("--cu-seqlens-k", args.cu_seqlens_k);
+  std::vector<Input> in;
+  for (auto [flag, path] : {std::pair{"--q", &args.q}, std::pair{"--k", &args.k}, std::pair{"--v", &args.v}}) {
+    Input x;
+    x.name = {flag, *path};
+    try {
+      x.array = io::read_npy(*path);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(fmt::format("{} {}", flag, e.what()));
+    }
+    const io::NpyArray& a = x.array;
+    if ((a.dtype != DType::f32 && a.dtype != DType::f64) || a.shape.size() != 3)
+      throw std::runtime_error(fmt::format("{}: expected a 3-D float32 or float64 array [total, heads, d] with "
+                                           "--cu-seqlens-q/k, got {} {}",
+                                           x.name.who(), dtype_name(a.dtype), join_dims(a.shape)));
+    if (a.dtype == DType::f64 && !args.reference) {
+      const double* src = a.as<double>();
+      x.converted.assign(src, src + a.numel());
+      x.view = TensorView::contiguous(x.converted.data(), DType::f32, {a.shape[0], a.shape[1], a.shape[2]});
+    } else {
+      x.view = TensorView::contiguous(a.data.data(), a.dtype, {a.shape[0], a.shape[1], a.shape[2]});
+    }
+    in.push_back(std::move(x));
+  }
+  const std::int64_t tq = in[0].array.shape[0], h = in[0].array.shape[1], dv = in[2].array.shape[2];
+  const DType out_dtype = args.reference ? DType::f64 : DType::f32;
+  std::vector<Output> outputs;
+  outputs.push_back(make_output(out_name, out_dtype, {tq, h, dv}));
+  if (!args.lse.empty()) outputs.push_back(make_output({"--lse", args.lse}, out_dtype, {h, tq}));
+  Options opt = base_options(args, s);
+  if (!args.lse.empty()) opt.lse = TensorView::contiguous(outputs[1].bytes.data(), out_dtype, {h, tq});
+  try {
+    attention_varlen(in[0].view, in[1].view, in[2].view,
+                     TensorView::contiguous(outputs[0].bytes.data(), out_dtype, {tq, h, dv}), cu_q.view(), cu_k.view(),
+                     opt, -1, -1, args.reference);
+  } catch (const Error& e) {
+    const std::string arg = e.arg();
+    std::string flag = arg == "o" ? "--out" : "--" + arg;
+    for (char& c : flag)
+      if (c == '_') c = '-';
+    throw std::runtime_error(fmt::format("{}: expected {}, got {}", flag, e.expected(), e.got()));
+  }
+  OutputFiles files;
+  for (const Output& out : outputs) files.stage(out);
+  files.commit();
+  fmt::print("sdpa run: packed batch of {} sequences ({} query rows), {} path; wrote {}{}\n", cu_q.numel() - 1, tq,
+             args.reference ? "reference" : "fast", args.out, args.lse.empty() ? "" : " and " + args.lse);
+  return kExitOk;
+}
+
 int run_run(const RunArgs& args) {
   const Settings s = check_flags(args);
+  if (!args.cu_seqlens_q.empty()) return run_packed(args, s);
   const Named out_name{"--out", args.out};
   check_destination(out_name);
   if (!args.lse.empty()) check_destination({"--lse", args.lse});
@@ -359,11 +458,7 @@ int run_run(const RunArgs& args) {
     outputs.push_back(make_output({"--probs", args.probs}, out_dtype, rank_adjusted({b, h, n_q, n_kv}, rank)));
   }
 
-  Options opt;
-  opt.scale = s.scale;
-  opt.causal = args.causal;
-  opt.isa = s.isa;
-  opt.threads = s.threads;
+  Options opt = base_options(args, s);
   std::size_t next = 1;
   if (!args.lse.empty()) opt.lse = TensorView::contiguous(outputs[next++].bytes.data(), out_dtype, {b, h, n_q});
   if (!args.probs.empty()) {
@@ -435,6 +530,20 @@ const Registrar kRegistrar{Command{
       sub.add_option("--layout", args->layout, "Memory layout of all arrays: bhsd = [B, H, N, d], bshd = [B, N, H, d]")
           ->type_name("bhsd|bshd")
           ->capture_default_str();
+      sub.add_option("--window-left", args->window_left,
+                     "Sliding window: a query at position p sees keys j >= p - LEFT (-1 = unbounded)")
+          ->type_name("LEFT")
+          ->capture_default_str();
+      sub.add_option("--window-right", args->window_right, "Sliding window: keys j <= p + RIGHT (-1 = unbounded)")
+          ->type_name("RIGHT")
+          ->capture_default_str();
+      sub.add_option("--softcap", args->softcap, "Softcap c > 0: s <- c·tanh(s/c) on the scaled scores")->type_name("C");
+      sub.add_option("--cu-seqlens-q", args->cu_seqlens_q,
+                     "Packed batch: int32/int64 prefix sums [n + 1] of query rows; Q, O are then [total_q, H, d]")
+          ->type_name("PATH");
+      sub.add_option("--cu-seqlens-k", args->cu_seqlens_k,
+                     "Packed batch: prefix sums [n + 1] of key rows; K, V are then [total_k, Hkv, d]")
+          ->type_name("PATH");
       sub.add_flag("--reference", args->reference,
                    "Use the float64 oracle (float64 inputs stay float64; writes float64)");
       sub.add_option("--isa", args->isa, "Kernel instruction set: auto, scalar or avx2")

@@ -18,16 +18,19 @@ struct KernelSet {
   int br;  // query rows per block
   int bc;  // keys per tile
 
-  // kt[c*bc_pad + j] = k[j*k_stride + c] for j < n, c < d; columns n..bc_pad are 0.
-  void (*pack_kt)(const float* k, std::int64_t k_stride, int n, int d, float* kt, int bc_pad);
+  // Key and value rows are passed as row pointers (k[j] is key j's d floats):
+  // contiguous, strided and paged caches all look the same to a kernel, and
+  // run the same arithmetic.
+
+  // kt[c*bc_pad + j] = k[j][c] for j < n, c < d; columns n..bc_pad are 0.
+  void (*pack_kt)(const float* const* k, int n, int d, float* kt, int bc_pad);
 
   // S [rows x bc_pad] = Qs [rows x d] · Kt [d x bc_pad].
   void (*scores)(const float* qs, int rows, int d, const float* kt, int bc_pad, float* s);
 
   // S [rows x n] (rows s_stride apart) = Qs [rows x d] · K[n x d]ᵀ, K read in
-  // place with rows k_stride apart: the kernel for blocks of few rows.
-  void (*scores_direct)(const float* qs, int rows, int d, const float* k, std::int64_t k_stride, int n, float* s,
-                        int s_stride);
+  // place: the kernel for blocks of few rows.
+  void (*scores_direct)(const float* qs, int rows, int d, const float* const* k, int n, float* s, int s_stride);
 
   // Online-softmax step over a score tile whose invisible entries are -inf.
   // Per row r: m_new = max(m[r], max_j s[r,j]) (NaN is sticky), alpha[r] =
@@ -37,11 +40,11 @@ struct KernelSet {
   void (*softmax_step)(float* s, int rows, int bc_pad, float* m, float* l, float* alpha);
 
   // acc [rows x dv_pad] = acc * alpha[row] + P [rows x n] · V [n x dv_pad].
-  // P rows are `p_stride` apart, V rows `v_stride` apart. With row_begin and
+  // P rows are `p_stride` apart; v[j] holds dv_pad readable floats. With row_begin and
   // row_end, row r only reads keys row_begin[r] <= j < row_end[r]: masked keys'
   // values are never touched, so a NaN there cannot reach the result.
-  void (*pv)(const float* p, int rows, int n, int p_stride, const float* v, std::int64_t v_stride, int dv_pad,
-             float* acc, const float* alpha, const int* row_begin, const int* row_end);
+  void (*pv)(const float* p, int rows, int n, int p_stride, const float* const* v, int dv_pad, float* acc,
+             const float* alpha, const int* row_begin, const int* row_end);
 
   // s <- c·tanh(s / c) over [rows x bc_pad].
   void (*softcap)(float* s, int rows, int bc_pad, float c);

@@ -92,35 +92,33 @@ static inline void scores_direct_block(const float* qs, int d, const float* k0, 
 }
 
 template <int M>
-static void scores_direct_rows(const float* qs, int d, const float* k, std::int64_t k_stride, int n, float* s,
-                               int s_stride) {
+static void scores_direct_rows(const float* qs, int d, const float* const* k, int n, float* s, int s_stride) {
   int j = 0;
-  for (; j + 2 <= n; j += 2) scores_direct_block<M>(qs, d, k + j * k_stride, k + (j + 1) * k_stride, s + j, s_stride);
+  for (; j + 2 <= n; j += 2) scores_direct_block<M>(qs, d, k[j], k[j + 1], s + j, s_stride);
   if (j < n) {
     float tail[M][2];
-    scores_direct_block<M>(qs, d, k + j * k_stride, k + j * k_stride, &tail[0][0], 2);
+    scores_direct_block<M>(qs, d, k[j], k[j], &tail[0][0], 2);
 #pragma GCC unroll 4
     for (int m = 0; m < M; ++m) s[m * s_stride + j] = tail[m][0];
   }
 }
 
-static void scores_direct(const float* qs, int rows, int d, const float* k, std::int64_t k_stride, int n, float* s,
-                          int s_stride) {
+static void scores_direct(const float* qs, int rows, int d, const float* const* k, int n, float* s, int s_stride) {
   int r = 0;
-  for (; r + 4 <= rows; r += 4) scores_direct_rows<4>(qs + r * d, d, k, k_stride, n, s + r * s_stride, s_stride);
+  for (; r + 4 <= rows; r += 4) scores_direct_rows<4>(qs + r * d, d, k, n, s + r * s_stride, s_stride);
   switch (rows - r) {
     case 0: break;
-    case 1: scores_direct_rows<1>(qs + r * d, d, k, k_stride, n, s + r * s_stride, s_stride); break;
-    case 2: scores_direct_rows<2>(qs + r * d, d, k, k_stride, n, s + r * s_stride, s_stride); break;
-    default: scores_direct_rows<3>(qs + r * d, d, k, k_stride, n, s + r * s_stride, s_stride); break;
+    case 1: scores_direct_rows<1>(qs + r * d, d, k, n, s + r * s_stride, s_stride); break;
+    case 2: scores_direct_rows<2>(qs + r * d, d, k, n, s + r * s_stride, s_stride); break;
+    default: scores_direct_rows<3>(qs + r * d, d, k, n, s + r * s_stride, s_stride); break;
   }
 }
 
 // ---- K tile packing (transpose) ----------------------------------------------
 
-[[maybe_unused]] static void pack_kt_generic(const float* k, std::int64_t k_stride, int n, int d, float* kt, int bc_pad) {
+[[maybe_unused]] static void pack_kt_generic(const float* const* k, int n, int d, float* kt, int bc_pad) {
   for (int j = 0; j < n; ++j) {
-    const float* src = k + j * k_stride;
+    const float* src = k[j];
     for (int c = 0; c < d; ++c) kt[static_cast<std::int64_t>(c) * bc_pad + j] = src[c];
   }
   for (int c = 0; c < d; ++c)
@@ -187,8 +185,8 @@ static void exp2_array(const float* x, float* y, std::int64_t n) {
 
 // Rows [0, M) of P against keys [j0, j1), columns [0, NV*W) of V and acc.
 template <int M, int NV>
-static inline void pv_block(const float* p, int p_stride, const float* v, std::int64_t v_stride, int j0, int j1,
-                            float* acc, int acc_stride, const float* alpha) {
+static inline void pv_block(const float* p, int p_stride, const float* const* v, int c0, int j0, int j1, float* acc,
+                            int acc_stride, const float* alpha) {
   Vec a[M][NV];
 #pragma GCC unroll 8
   for (int m = 0; m < M; ++m) {
@@ -199,7 +197,7 @@ static inline void pv_block(const float* p, int p_stride, const float* v, std::i
   for (int j = j0; j < j1; ++j) {
     Vec b[NV];
 #pragma GCC unroll 4
-    for (int x = 0; x < NV; ++x) b[x] = vload(v + j * v_stride + x * W);
+    for (int x = 0; x < NV; ++x) b[x] = vload(v[j] + c0 + x * W);
 #pragma GCC unroll 8
     for (int m = 0; m < M; ++m) {
       const Vec pm = vset(p[m * p_stride + j]);
@@ -215,18 +213,18 @@ static inline void pv_block(const float* p, int p_stride, const float* v, std::i
 
 // All column strips of a strip of M rows.
 template <int M>
-static void pv_strip(const float* p, int p_stride, const float* v, std::int64_t v_stride, int j0, int j1, int dv_pad,
-                     float* acc, const float* alpha) {
+static void pv_strip(const float* p, int p_stride, const float* const* v, int j0, int j1, int dv_pad, float* acc,
+                     const float* alpha) {
   int c = 0;
-  for (; c + 2 * W <= dv_pad; c += 2 * W) pv_block<M, 2>(p, p_stride, v + c, v_stride, j0, j1, acc + c, dv_pad, alpha);
-  if (c < dv_pad) pv_block<M, 1>(p, p_stride, v + c, v_stride, j0, j1, acc + c, dv_pad, alpha);
+  for (; c + 2 * W <= dv_pad; c += 2 * W) pv_block<M, 2>(p, p_stride, v, c, j0, j1, acc + c, dv_pad, alpha);
+  if (c < dv_pad) pv_block<M, 1>(p, p_stride, v, c, j0, j1, acc + c, dv_pad, alpha);
 }
 
 template <int M>
-static void pv_rows(const float* p, int p_stride, const float* v, std::int64_t v_stride, int n, int dv_pad, float* acc,
+static void pv_rows(const float* p, int p_stride, const float* const* v, int n, int dv_pad, float* acc,
                     const float* alpha, const int* row_begin, const int* row_end) {
   if (!row_end) {
-    pv_strip<M>(p, p_stride, v, v_stride, 0, n, dv_pad, acc, alpha);
+    pv_strip<M>(p, p_stride, v, 0, n, dv_pad, acc, alpha);
     return;
   }
   // Masked tile: all M rows share the keys [lo, hi) every one of them sees;
@@ -239,32 +237,32 @@ static void pv_rows(const float* p, int p_stride, const float* v, std::int64_t v
     hi = min_int(hi, row_end[m]);
   }
   if (hi < lo) hi = lo;
-  pv_strip<M>(p, p_stride, v, v_stride, lo, hi, dv_pad, acc, alpha);  // also applies alpha to every row
+  pv_strip<M>(p, p_stride, v, lo, hi, dv_pad, acc, alpha);  // also applies alpha to every row
   for (int m = 0; m < M; ++m) {
     const float* pm = p + m * p_stride;
     float* am = acc + m * dv_pad;
     const int b = row_begin[m], e = row_end[m];
-    if (b < lo) pv_strip<1>(pm, p_stride, v, v_stride, b, min_int(lo, e), dv_pad, am, nullptr);
-    if (e > hi) pv_strip<1>(pm, p_stride, v, v_stride, hi > b ? hi : b, e, dv_pad, am, nullptr);
+    if (b < lo) pv_strip<1>(pm, p_stride, v, b, min_int(lo, e), dv_pad, am, nullptr);
+    if (e > hi) pv_strip<1>(pm, p_stride, v, hi > b ? hi : b, e, dv_pad, am, nullptr);
   }
 }
 
-static void pv(const float* p, int rows, int n, int p_stride, const float* v, std::int64_t v_stride, int dv_pad,
-               float* acc, const float* alpha, const int* row_begin, const int* row_end) {
+static void pv(const float* p, int rows, int n, int p_stride, const float* const* v, int dv_pad, float* acc,
+               const float* alpha, const int* row_begin, const int* row_end) {
   int r = 0;
   auto b_at = [&](int r0) { return row_end ? row_begin + r0 : nullptr; };
   auto e_at = [&](int r0) { return row_end ? row_end + r0 : nullptr; };
   for (; r + MR <= rows; r += MR)
-    pv_rows<MR>(p + r * p_stride, p_stride, v, v_stride, n, dv_pad, acc + r * dv_pad, alpha + r, b_at(r), e_at(r));
+    pv_rows<MR>(p + r * p_stride, p_stride, v, n, dv_pad, acc + r * dv_pad, alpha + r, b_at(r), e_at(r));
   const float* pr = p + r * p_stride;
   float* ar = acc + r * dv_pad;
   switch (rows - r) {
     case 0: break;
-    case 1: pv_rows<1>(pr, p_stride, v, v_stride, n, dv_pad, ar, alpha + r, b_at(r), e_at(r)); break;
-    case 2: pv_rows<2>(pr, p_stride, v, v_stride, n, dv_pad, ar, alpha + r, b_at(r), e_at(r)); break;
-    case 3: pv_rows<3>(pr, p_stride, v, v_stride, n, dv_pad, ar, alpha + r, b_at(r), e_at(r)); break;
-    case 4: pv_rows<4>(pr, p_stride, v, v_stride, n, dv_pad, ar, alpha + r, b_at(r), e_at(r)); break;
-    default: pv_rows<5>(pr, p_stride, v, v_stride, n, dv_pad, ar, alpha + r, b_at(r), e_at(r)); break;
+    case 1: pv_rows<1>(pr, p_stride, v, n, dv_pad, ar, alpha + r, b_at(r), e_at(r)); break;
+    case 2: pv_rows<2>(pr, p_stride, v, n, dv_pad, ar, alpha + r, b_at(r), e_at(r)); break;
+    case 3: pv_rows<3>(pr, p_stride, v, n, dv_pad, ar, alpha + r, b_at(r), e_at(r)); break;
+    case 4: pv_rows<4>(pr, p_stride, v, n, dv_pad, ar, alpha + r, b_at(r), e_at(r)); break;
+    default: pv_rows<5>(pr, p_stride, v, n, dv_pad, ar, alpha + r, b_at(r), e_at(r)); break;
   }
 }
 

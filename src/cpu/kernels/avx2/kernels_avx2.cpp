@@ -12,16 +12,16 @@ inline constexpr int MR = 6;
 
 // K tile transpose in 8x8 blocks: 8 key rows of 8 channels become 8 channel
 // rows of 8 keys, in 24 shuffles instead of 64 scalar moves.
-static void pack_kt(const float* k, std::int64_t k_stride, int n, int d, float* kt, int bc_pad) {
+static void pack_kt(const float* const* k, int n, int d, float* kt, int bc_pad) {
   int j = 0;
   for (; j + 8 <= n; j += 8) {
-    const float* src = k + j * k_stride;
+    const float* const* src = k + j;
     int c = 0;
     for (; c + 8 <= d; c += 8) {
-      __m256 r0 = _mm256_loadu_ps(src + 0 * k_stride + c), r1 = _mm256_loadu_ps(src + 1 * k_stride + c);
-      __m256 r2 = _mm256_loadu_ps(src + 2 * k_stride + c), r3 = _mm256_loadu_ps(src + 3 * k_stride + c);
-      __m256 r4 = _mm256_loadu_ps(src + 4 * k_stride + c), r5 = _mm256_loadu_ps(src + 5 * k_stride + c);
-      __m256 r6 = _mm256_loadu_ps(src + 6 * k_stride + c), r7 = _mm256_loadu_ps(src + 7 * k_stride + c);
+      __m256 r0 = _mm256_loadu_ps(src[0] + c), r1 = _mm256_loadu_ps(src[1] + c);
+      __m256 r2 = _mm256_loadu_ps(src[2] + c), r3 = _mm256_loadu_ps(src[3] + c);
+      __m256 r4 = _mm256_loadu_ps(src[4] + c), r5 = _mm256_loadu_ps(src[5] + c);
+      __m256 r6 = _mm256_loadu_ps(src[6] + c), r7 = _mm256_loadu_ps(src[7] + c);
       const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
       const __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
       const __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
@@ -49,10 +49,10 @@ static void pack_kt(const float* k, std::int64_t k_stride, int n, int d, float* 
       _mm256_storeu_ps(dst + 7 * bc_pad, r7);
     }
     for (; c < d; ++c)
-      for (int jj = j; jj < j + 8; ++jj) kt[static_cast<std::int64_t>(c) * bc_pad + jj] = k[jj * k_stride + c];
+      for (int jj = j; jj < j + 8; ++jj) kt[static_cast<std::int64_t>(c) * bc_pad + jj] = k[jj][c];
   }
   for (; j < n; ++j)
-    for (int c = 0; c < d; ++c) kt[static_cast<std::int64_t>(c) * bc_pad + j] = k[j * k_stride + c];
+    for (int c = 0; c < d; ++c) kt[static_cast<std::int64_t>(c) * bc_pad + j] = k[j][c];
   for (int c = 0; c < d; ++c)
     for (int jj = n; jj < bc_pad; ++jj) kt[static_cast<std::int64_t>(c) * bc_pad + jj] = 0.0f;
 }
