@@ -540,4 +540,81 @@ TEST_F(cli_run, ExistingOutputsAreLeftUnchangedByAFailingRun) {
   EXPECT_THAT(tmp_leftovers(), ::testing::IsEmpty());
 }
 
+// ---------------------------------------------------------------------------
+// Packed batches, decode and bench
+
+using cli_packed = CliTest;
+using cli_decode = CliTest;
+using cli_bench = CliTest;
+
+TEST_F(cli_packed, run_with_cu_seqlens_matches_reference) {
+  const std::int64_t h = 2, d = 8;
+  std::vector<std::int32_t> cu_q = {0, 3, 3, 10}, cu_k = {0, 5, 9, 20};
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  auto randn = [&](std::size_t n) {
+    std::vector<float> x(n);
+    for (float& e : x) e = normal(rng);
+    return x;
+  };
+  const std::vector<float> q = randn(10 * h * d), k = randn(20 * h * d), v = randn(20 * h * d);
+  const std::vector<std::int64_t> sq = {10, h, d}, sk = {20, h, d}, sc = {4};
+  sdpa::io::write_npy(path("q.npy"), DType::f32, sq, q.data());
+  sdpa::io::write_npy(path("k.npy"), DType::f32, sk, k.data());
+  sdpa::io::write_npy(path("v.npy"), DType::f32, sk, v.data());
+  sdpa::io::write_npy(path("cq.npy"), DType::i32, sc, cu_q.data());
+  sdpa::io::write_npy(path("ck.npy"), DType::i32, sc, cu_k.data());
+  const std::vector<std::string> common = {"run", "--q", path("q.npy"), "--k", path("k.npy"), "--v", path("v.npy"),
+                                           "--cu-seqlens-q", path("cq.npy"), "--cu-seqlens-k", path("ck.npy"),
+                                           "--causal"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = common;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  Result fast = cli(with({"--out", path("o.npy"), "--lse", path("l.npy")}));
+  ASSERT_EQ(fast.code, 0) << fast.err;
+  Result ref = cli(with({"--out", path("o_ref.npy"), "--reference"}));
+  ASSERT_EQ(ref.code, 0) << ref.err;
+  const sdpa::io::NpyArray o = sdpa::io::read_npy(path("o.npy")), o_ref = sdpa::io::read_npy(path("o_ref.npy"));
+  ASSERT_EQ(o.shape, (std::vector<std::int64_t>{10, h, d}));
+  for (std::int64_t i = 0; i < o.numel(); ++i) EXPECT_NEAR(o.as<float>()[i], o_ref.as<double>()[i], 1e-5);
+  EXPECT_EQ(sdpa::io::read_npy(path("l.npy")).shape, (std::vector<std::int64_t>{h, 10}));
+  // Non-monotone prefix sums: exit 1, naming the flag, no output.
+  std::vector<std::int32_t> bad = {0, 5, 3, 10};
+  sdpa::io::write_npy(path("bad.npy"), DType::i32, sc, bad.data());
+  std::vector<std::string> a = common;
+  a[8] = path("bad.npy");
+  a.insert(a.end(), {"--out", path("o2.npy")});
+  Result r = cli(a);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr("--cu-seqlens-q: expected non-decreasing"));
+  EXPECT_FALSE(fs::exists(path("o2.npy")));
+}
+
+TEST_F(cli_decode, small_run_checks_the_oracle_and_reports_bandwidth) {
+  for (const char* paged : {"", "--paged"}) {
+    std::vector<std::string> a = {"decode", "--prompt", "300", "--tokens", "5", "--heads", "8", "--kv-heads", "2",
+                                  "--d", "64", "--page-size", "7"};
+    if (*paged) a.push_back(paged);
+    Result r = cli(a);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_THAT(r.out, HasSubstr("tokens/s"));
+    EXPECT_THAT(r.out, HasSubstr("of the measured bandwidth"));
+    EXPECT_THAT(r.out, HasSubstr("last step vs the float64 oracle"));
+  }
+  EXPECT_EQ(cli({"decode", "--heads", "8", "--kv-heads", "3"}).code, 2);
+}
+
+TEST_F(cli_bench, small_table_and_json) {
+  Result r = cli({"bench", "--shapes", "prefill", "--n", "128", "--repeats", "1", "--json", path("b.json")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("FMA peak"));
+  EXPECT_THAT(r.out, HasSubstr("%peak"));
+  const std::string json = slurp(path("b.json"));
+  EXPECT_THAT(json, HasSubstr("\"fma_peak_gflops\""));
+  EXPECT_THAT(json, HasSubstr("\"speedup\""));
+  EXPECT_EQ(cli({"bench", "--shapes", "sideways"}).code, 2);
+}
+
 }  // namespace
