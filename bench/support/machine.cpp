@@ -38,6 +38,8 @@ namespace detail {
 #if defined(__x86_64__) || defined(__i386__)
 // Defined in fma_peak_avx2.cpp (built with -mavx2 -mfma).
 float fma_chains_avx2(std::int64_t iters, float a, float b);
+// Defined in fma_peak_avx512.cpp (built with -mavx512f).
+float fma_chains_avx512(std::int64_t iters, float a, float b);
 #endif
 }  // namespace detail
 
@@ -152,13 +154,29 @@ bool cpu_has_avx2_fma() {
 #endif
 }
 
+bool cpu_has_avx512f() {
+#if defined(__x86_64__) || defined(__i386__)
+  return __builtin_cpu_supports("avx512f");
+#else
+  return false;
+#endif
+}
+
 double measure_fma_peak_gflops_isa(int threads, bool avx2) {
+  return measure_fma_peak_gflops_lanes(threads, avx2 ? 8 : 1);
+}
+
+double measure_fma_peak_gflops_lanes(int threads, int lanes) {
   threads = resolve_threads(threads);
+  const bool avx2 = lanes == 8, avx512 = lanes == 16;
+  if (lanes != 1 && !avx2 && !avx512) throw std::invalid_argument("measure_fma_peak_gflops_lanes: lanes must be 1, 8 or 16");
   if (avx2 && !cpu_has_avx2_fma()) {
     throw std::invalid_argument("measure_fma_peak_gflops_isa: the CPU lacks AVX2+FMA");
   }
-  const std::int64_t steps = avx2 ? kAvx2Steps : kScalarSteps;
-  const double flops_per_step = avx2 ? 2.0 * 8 * kChains : 2.0 * kChains;
+  if (avx512 && !cpu_has_avx512f()) throw std::invalid_argument("measure_fma_peak_gflops_lanes: the CPU lacks AVX-512F");
+  // Same number of FMA instructions at every width: the loop's time is what is compared.
+  const std::int64_t steps = lanes == 1 ? kScalarSteps : kAvx2Steps;
+  const double flops_per_step = 2.0 * lanes * kChains;
   std::vector<float> results(static_cast<std::size_t>(threads), 0.0f);
   const double seconds = best_round_seconds(
       threads, kFmaRounds, [](int) {},
@@ -168,8 +186,9 @@ double measure_fma_peak_gflops_isa(int threads, bool avx2) {
         float r = 0.0f;
 #if defined(__x86_64__) || defined(__i386__)
         if (avx2) r = detail::fma_chains_avx2(steps, a, b);
+        if (avx512) r = detail::fma_chains_avx512(steps, a, b);
 #endif
-        if (!avx2) r = fma_chains_scalar(steps, a, b);
+        if (lanes == 1) r = fma_chains_scalar(steps, a, b);
         results[static_cast<std::size_t>(t)] += r;
       });
   float sink = 0.0f;

@@ -26,6 +26,10 @@ double measure_fma_peak_gflops(int threads);
 // vectorise, so its figure depends on the optimisation level); avx2 = true
 // throws std::invalid_argument when cpu_has_avx2_fma() is false.
 double measure_fma_peak_gflops_isa(int threads, bool avx2);
+// The same with vectors of `lanes` floats: 1 (scalar), 8 (AVX2+FMA) or 16
+// (AVX-512F); throws std::invalid_argument when the CPU lacks the ISA.
+double measure_fma_peak_gflops_lanes(int threads, int lanes);
+bool cpu_has_avx512f();
 
 // DRAM read bandwidth in GB/s: each thread streams its own slice of a 512 MiB
 // buffer (far larger than the caches).

@@ -1,7 +1,8 @@
 // ISA detection and the kernel table.
 //
 // An ISA is usable when the CPU reports its instructions (CPUID) *and* the OS
-// saves the registers they use (XGETBV: XMM|YMM state for AVX2). The table is
+// saves the registers they use (XGETBV: XMM|YMM state for AVX2, plus opmask
+// and ZMM state for AVX-512). The table is
 // stamped from kernels.def: each KernelSet starts from its sizes and is filled
 // by the ISA's init function.
 #include "cpu/dispatch.h"
@@ -35,6 +36,17 @@ bool os_saves_ymm() {
   if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
   const bool osxsave = (c & bit_OSXSAVE) != 0;
   return osxsave && (xgetbv0() & 0x6) == 0x6;  // XMM and YMM state enabled
+}
+
+bool os_saves_zmm() {
+  // Opmask, upper halves of ZMM0-15 and ZMM16-31, plus XMM and YMM.
+  return os_saves_ymm() && (xgetbv0() & 0xE6) == 0xE6;
+}
+
+bool cpu_has_avx512() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         __builtin_cpu_supports("f16c") && os_saves_zmm();
 }
 
 bool cpu_has_avx2() {
@@ -91,7 +103,7 @@ Isa select_isa(Isa requested) {
     try {
       requested = parse_isa(env);
     } catch (const Error&) {
-      throw Error("SDPA_ISA", "one of auto, scalar, avx2", std::string("'") + env + "'");
+      throw Error("SDPA_ISA", "one of auto, scalar, avx2, avx512", std::string("'") + env + "'");
     }
     who = "SDPA_ISA";
     if (requested == Isa::automatic) return detect_isa();
@@ -151,6 +163,10 @@ bool isa_supported(Isa isa) {
 #if defined(__x86_64__)
     case Isa::avx2: {
       static const bool ok = cpu::cpu_has_avx2();
+      return ok;
+    }
+    case Isa::avx512: {
+      static const bool ok = cpu::cpu_has_avx512();
       return ok;
     }
 #endif

@@ -1,0 +1,29 @@
+// AVX-512F kernels (16 float lanes, 6x32 register blocks: 12 of the 32 zmm
+// registers hold accumulators). This file alone is compiled with -mavx512f;
+// dispatch calls it only on CPUs (and OSes) that support it.
+#include "cpu/kernels/kernels.h"
+#include "cpu/kernels/vec_avx512.h"
+
+namespace sdpa::cpu::avx512 {
+
+inline constexpr int MR = 6;
+
+#include "cpu/kernels/tile_kernels.inl"
+#include "cpu/kernels/pack_kt_avx2.inl"
+
+}  // namespace sdpa::cpu::avx512
+
+namespace sdpa::cpu {
+
+void init_kernels_avx512(KernelSet& ks) {
+  ks.pack_kt = avx512::pack_kt;
+  ks.scores = avx512::scores;
+  ks.scores_direct = avx512::scores_direct;
+  ks.softmax_step = avx512::softmax_step;
+  ks.pv = avx512::pv;
+  ks.softcap = avx512::softcap;
+  ks.probs = avx512::probs;
+  ks.exp2 = avx512::exp2_array;
+}
+
+}  // namespace sdpa::cpu

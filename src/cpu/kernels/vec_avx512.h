@@ -1,0 +1,61 @@
+// The thin vector wrapper over AVX-512F (16 float lanes). Included only by the
+// AVX-512 translation unit, compiled with -mavx512f (and AVX2/FMA/F16C). Every
+// function has internal linkage (see vec_scalar.h).
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "cpu/kernels/exp2_coeffs.h"
+
+namespace sdpa::cpu::avx512 {
+
+struct Vec {
+  __m512 v;
+};
+inline constexpr int W = 16;
+
+static inline Vec vzero() { return {_mm512_setzero_ps()}; }
+static inline Vec vset(float x) { return {_mm512_set1_ps(x)}; }
+static inline Vec vload(const float* p) { return {_mm512_loadu_ps(p)}; }
+static inline void vstore(float* p, Vec a) { _mm512_storeu_ps(p, a.v); }
+static inline Vec vadd(Vec a, Vec b) { return {_mm512_add_ps(a.v, b.v)}; }
+static inline Vec vsub(Vec a, Vec b) { return {_mm512_sub_ps(a.v, b.v)}; }
+static inline Vec vmul(Vec a, Vec b) { return {_mm512_mul_ps(a.v, b.v)}; }
+static inline Vec vdiv(Vec a, Vec b) { return {_mm512_div_ps(a.v, b.v)}; }
+static inline Vec vabs(Vec a) { return {_mm512_abs_ps(a.v)}; }
+// |a| with the sign of b.
+static inline Vec vcopysign(Vec a, Vec b) {
+  const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+  const __m512i r = _mm512_or_si512(_mm512_andnot_si512(sign, _mm512_castps_si512(a.v)),
+                                    _mm512_and_si512(sign, _mm512_castps_si512(b.v)));
+  return {_mm512_castsi512_ps(r)};
+}
+static inline Vec vfma(Vec a, Vec b, Vec c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
+static inline Vec vmax(Vec a, Vec b) { return {_mm512_max_ps(a.v, b.v)}; }
+static inline float hmax(Vec a) { return _mm512_reduce_max_ps(a.v); }
+static inline float hsum(Vec a) { return _mm512_reduce_add_ps(a.v); }
+
+// 2^t for t <= 0 (and NaN), as vec_scalar.h's vexp2, lane by lane.
+static inline Vec vexp2(Vec t) {
+  namespace c = exp2_coeffs;
+  // max(lo, t) returns t when t is NaN, so NaN survives the clamp.
+  const __m512 tc = _mm512_max_ps(_mm512_set1_ps(c::min_exponent - 1.0f), t.v);
+  const __m512 n = _mm512_roundscale_ps(tc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(tc, n);
+  __m512 p = _mm512_set1_ps(c::c5);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c::c4));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c::c3));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c::c2));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c::c1));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c::c0));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  const __m512 r = _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+  // t < -126 (including -inf) -> 0; the comparison is false for NaN, which stays NaN.
+  const __mmask16 tiny = _mm512_cmp_ps_mask(t.v, _mm512_set1_ps(c::min_exponent), _CMP_LT_OQ);
+  return {_mm512_maskz_mov_ps(static_cast<__mmask16>(~tiny), r)};
+}
+
+}  // namespace sdpa::cpu::avx512
