@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "cpu/dispatch.h"
 #include "params.h"
@@ -254,55 +256,39 @@ Params make_params(const TensorView& q, const TensorView& k, const TensorView& v
         throw Error(name, std::string("memory disjoint from input ") + in_names[i], "overlapping views");
     return r;
   };
-  const ByteRange o_range = check_output(o, "o");
-
-  if (opt.lse.is_set()) {
-    const TensorView& t = opt.lse;
-    check_view(t, "lse", 3, "[B, H, Nq]");
-    check_dtype(t, "lse", path);
-    check_size(t, "lse", 0, p.b, "batch B (from q)");
-    check_size(t, "lse", 1, p.h, "heads H (from q)");
-    check_size(t, "lse", 2, p.n_q, "queries Nq (from q)");
-    const ByteRange r = check_output(t, "lse");
-    if (overlap(r, o_range)) throw Error("lse", "memory disjoint from output o", "overlapping views");
-    p.lse = operand(t);
-    p.lse.stride_n = t.stride[2];
-  }
-  if (opt.probs.is_set()) {
-    const TensorView& t = opt.probs;
-    check_view(t, "probs", 4, "[B, H, Nq, Nkv]");
-    check_dtype(t, "probs", path);
-    check_size(t, "probs", 0, p.b, "batch B (from q)");
-    check_size(t, "probs", 1, p.h, "heads H (from q)");
-    check_size(t, "probs", 2, p.n_q, "queries Nq (from q)");
-    check_size(t, "probs", 3, p.n_kv, "keys Nkv (from k)");
-    if (t.numel() > kMaxProbsElements)
-      throw Error("probs", "at most " + str(kMaxProbsElements) + " elements (B*H*Nq*Nkv)", str(t.numel()));
-    const ByteRange r = check_output(t, "probs");
-    if (overlap(r, o_range)) throw Error("probs", "memory disjoint from output o", "overlapping views");
-    if (opt.lse.is_set() && overlap(r, byte_range(opt.lse, "lse")))
-      throw Error("probs", "memory disjoint from output lse", "overlapping views");
-    p.probs = operand(t);
-  }
+  // Every optional output: its shape, dtype, and memory disjoint from the
+  // inputs and from each output checked before it.
+  std::vector<std::pair<ByteRange, const char*>> outputs = {{check_output(o, "o"), "o"}};
+  auto check_extra_output = [&](const TensorView& t, const char* name, bool matrix) {
+    if (matrix) {
+      check_view(t, name, 4, "[B, H, Nq, Nkv]");
+    } else {
+      check_view(t, name, 3, "[B, H, Nq]");
+    }
+    check_dtype(t, name, path);
+    check_size(t, name, 0, p.b, "batch B (from q)");
+    check_size(t, name, 1, p.h, "heads H (from q)");
+    check_size(t, name, 2, p.n_q, "queries Nq (from q)");
+    if (matrix) {
+      check_size(t, name, 3, p.n_kv, "keys Nkv (from k)");
+      if (t.numel() > kMaxProbsElements)
+        throw Error(name, "at most " + str(kMaxProbsElements) + " elements (B*H*Nq*Nkv)", str(t.numel()));
+    }
+    const ByteRange r = check_output(t, name);
+    for (const auto& [other, other_name] : outputs)
+      if (overlap(r, other))
+        throw Error(name, std::string("memory disjoint from output ") + other_name, "overlapping views");
+    outputs.emplace_back(r, name);
+    Operand op = operand(t);
+    op.stride_n = t.stride[2];
+    return op;
+  };
+  if (opt.lse.is_set()) p.lse = check_extra_output(opt.lse, "lse", false);
+  if (opt.probs.is_set()) p.probs = check_extra_output(opt.probs, "probs", true);
   if (opt.scores.is_set()) {
-    const TensorView& t = opt.scores;
-    check_view(t, "scores", 4, "[B, H, Nq, Nkv]");
-    check_dtype(t, "scores", path);
-    check_size(t, "scores", 0, p.b, "batch B (from q)");
-    check_size(t, "scores", 1, p.h, "heads H (from q)");
-    check_size(t, "scores", 2, p.n_q, "queries Nq (from q)");
-    check_size(t, "scores", 3, p.n_kv, "keys Nkv (from k)");
-    if (t.numel() > kMaxProbsElements)
-      throw Error("scores", "at most " + str(kMaxProbsElements) + " elements (B*H*Nq*Nkv)", str(t.numel()));
-    const ByteRange r = check_output(t, "scores");
-    if (overlap(r, o_range)) throw Error("scores", "memory disjoint from output o", "overlapping views");
-    if (opt.probs.is_set() && overlap(r, byte_range(opt.probs, "probs")))
-      throw Error("scores", "memory disjoint from output probs", "overlapping views");
-    if (opt.lse.is_set() && overlap(r, byte_range(opt.lse, "lse")))
-      throw Error("scores", "memory disjoint from output lse", "overlapping views");
     const int stage = static_cast<int>(opt.scores_stage);
     if (stage < 0 || stage > 3) throw Error("scores_stage", "0..3", str(stage));
-    p.scores = operand(t);
+    p.scores = check_extra_output(opt.scores, "scores", true);
     p.scores_stage = opt.scores_stage;
   }
   return p;

@@ -116,7 +116,7 @@ static void scores_direct(const float* qs, int rows, int d, const float* const* 
 
 // ---- K tile packing (transpose) ----------------------------------------------
 
-[[maybe_unused]] static void pack_kt_generic(const float* const* k, int n, int d, float* kt, int bc_pad) {
+static void pack_kt_generic(const float* const* k, int n, int d, float* kt, int bc_pad) {
   for (int j = 0; j < n; ++j) {
     const float* src = k[j];
     for (int c = 0; c < d; ++c) kt[static_cast<std::int64_t>(c) * bc_pad + j] = src[c];
@@ -281,4 +281,17 @@ static void softcap(float* s, int rows, int bc_pad, float c) {
       vstore(row + j, vmul(vcopysign(th, x), vc));
     }
   }
+}
+
+// Fills a KernelSet with this ISA's kernels; pack_kt is left to the ISA file
+// (the generic one, or a faster one of its own).
+static void fill_kernel_set(KernelSet& ks) {
+  ks.pack_kt = pack_kt_generic;
+  ks.scores = scores;
+  ks.scores_direct = scores_direct;
+  ks.softmax_step = softmax_step;
+  ks.pv = pv;
+  ks.softcap = softcap;
+  ks.probs = probs;
+  ks.exp2 = exp2_array;
 }

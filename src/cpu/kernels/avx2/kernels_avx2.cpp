@@ -17,14 +17,8 @@ inline constexpr int MR = 6;
 namespace sdpa::cpu {
 
 void init_kernels_avx2(KernelSet& ks) {
+  avx2::fill_kernel_set(ks);
   ks.pack_kt = avx2::pack_kt;
-  ks.scores = avx2::scores;
-  ks.scores_direct = avx2::scores_direct;
-  ks.softmax_step = avx2::softmax_step;
-  ks.pv = avx2::pv;
-  ks.softcap = avx2::softcap;
-  ks.probs = avx2::probs;
-  ks.exp2 = avx2::exp2_array;
 }
 
 }  // namespace sdpa::cpu

@@ -16,14 +16,8 @@ inline constexpr int MR = 6;
 namespace sdpa::cpu {
 
 void init_kernels_avx512(KernelSet& ks) {
+  avx512::fill_kernel_set(ks);
   ks.pack_kt = avx512::pack_kt;
-  ks.scores = avx512::scores;
-  ks.scores_direct = avx512::scores_direct;
-  ks.softmax_step = avx512::softmax_step;
-  ks.pv = avx512::pv;
-  ks.softcap = avx512::softcap;
-  ks.probs = avx512::probs;
-  ks.exp2 = avx512::exp2_array;
 }
 
 }  // namespace sdpa::cpu

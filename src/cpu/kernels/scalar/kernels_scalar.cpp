@@ -14,14 +14,7 @@ inline constexpr int MR = 4;
 namespace sdpa::cpu {
 
 void init_kernels_scalar(KernelSet& ks) {
-  ks.pack_kt = scalar::pack_kt_generic;
-  ks.scores = scalar::scores;
-  ks.scores_direct = scalar::scores_direct;
-  ks.softmax_step = scalar::softmax_step;
-  ks.pv = scalar::pv;
-  ks.softcap = scalar::softcap;
-  ks.probs = scalar::probs;
-  ks.exp2 = scalar::exp2_array;
+  scalar::fill_kernel_set(ks);
 }
 
 }  // namespace sdpa::cpu
