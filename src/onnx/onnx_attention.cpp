@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -139,7 +140,8 @@ void store(std::byte* p, DType t, double x) {
 std::int64_t count(const std::vector<std::int64_t>& shape, const char* name) {
   std::int64_t n = 1;
   for (std::int64_t d : shape)
-    if (d < 0 || __builtin_mul_overflow(n, d, &n)) throw Error(name, "an element count that fits in 64 bits", dims(shape));
+    if (d < 0 || __builtin_mul_overflow(n, d, &n))
+      throw Error(name, "an element count that fits in 64 bits", dims(shape));
   return n;
 }
 
@@ -181,7 +183,8 @@ void copy_view(const TensorView& src, const TensorView& dst) {
           std::memcpy(d, s, static_cast<std::size_t>(n[3] * se));
           continue;
         }
-        for (std::int64_t j = 0; j < n[3]; ++j) store(d + j * ds[3] * de, dst.dtype, load(s + j * ss[3] * se, src.dtype));
+        for (std::int64_t j = 0; j < n[3]; ++j)
+          store(d + j * ds[3] * de, dst.dtype, load(s + j * ss[3] * se, src.dtype));
       }
 }
 
@@ -279,8 +282,8 @@ void check_attributes(const AttentionAttributes& a) {
     throw Error("softcap", "0 (off) or a finite number > 0", num(a.softcap));
   if (a.q_num_heads && *a.q_num_heads < 1) throw Error("q_num_heads", "a head count >= 1", str(*a.q_num_heads));
   if (a.kv_num_heads && *a.kv_num_heads < 1) throw Error("kv_num_heads", "a head count >= 1", str(*a.kv_num_heads));
-  for (const auto& [name, w] : {std::pair{"left_window_size", a.left_window_size},
-                                std::pair{"right_window_size", a.right_window_size}}) {
+  for (const auto& [name, w] :
+       {std::pair{"left_window_size", a.left_window_size}, std::pair{"right_window_size", a.right_window_size}}) {
     if (w < -1) throw Error(name, "-1 (unbounded) or a key count >= 0", str(w));
     if (a.opset < 25 && w != -1)
       throw Error(name, "-1 at opset " + str(a.opset) + " (the attribute exists from opset 25)", str(w));
@@ -344,8 +347,7 @@ Shape check_inputs(const AttentionInputs& in, const AttentionAttributes& a) {
     check_size(v, "V", 0, s.b, "batch B (from Q)");
     check_size(v, "V", 1, s.skv, "kv_sequence_length (from K)");
     s.dv = split_hidden(v, "V", s.hkv, "kv_num_heads");
-    if (s.hq % s.hkv != 0)
-      throw Error("kv_num_heads", "a divisor of q_num_heads=" + str(s.hq), str(s.hkv));
+    if (s.hq % s.hkv != 0) throw Error("kv_num_heads", "a divisor of q_num_heads=" + str(s.hq), str(s.hkv));
   } else {
     if (a.opset >= 25 && (a.q_num_heads || a.kv_num_heads)) {
       const char* name = a.q_num_heads ? "q_num_heads" : "kv_num_heads";
@@ -386,7 +388,8 @@ Shape check_inputs(const AttentionInputs& in, const AttentionAttributes& a) {
     if (pv.dtype != v.dtype)
       throw Error("past_value", std::string("the type of V (T2) ") + dtype_name(v.dtype), dtype_name(pv.dtype));
     if (pk.rank != 4)
-      throw Error("past_key", "a 4-D tensor (B, kv_num_heads, past_sequence_length, D)", "rank " + str(pk.rank) + " " + dims(pk));
+      throw Error("past_key", "a 4-D tensor (B, kv_num_heads, past_sequence_length, D)",
+                  "rank " + str(pk.rank) + " " + dims(pk));
     if (pv.rank != 4)
       throw Error("past_value", "a 4-D tensor (B, kv_num_heads, past_sequence_length, Dv)",
                   "rank " + str(pv.rank) + " " + dims(pv));
@@ -412,8 +415,7 @@ Shape check_inputs(const AttentionInputs& in, const AttentionAttributes& a) {
       throw Error("nonpad_kv_seqlen", "no past_key/past_value alongside (the two KV cache modes exclude each other)",
                   "past_key " + dims(pk));
     if (np.dtype != DType::i64) throw Error("nonpad_kv_seqlen", "int64", dtype_name(np.dtype));
-    if (np.rank != 1 || np.shape[0] != s.b)
-      throw Error("nonpad_kv_seqlen", "shape (B) = [" + str(s.b) + "]", dims(np));
+    if (np.rank != 1 || np.shape[0] != s.b) throw Error("nonpad_kv_seqlen", "shape (B) = [" + str(s.b) + "]", dims(np));
     if (s.b > 0 && np.data == nullptr) throw Error("nonpad_kv_seqlen", "non-null data", "nullptr");
     for (std::int64_t bi = 0; bi < s.b; ++bi) {
       const std::int64_t n = static_cast<const std::int64_t*>(np.data)[bi * np.stride[0]];
@@ -426,8 +428,8 @@ Shape check_inputs(const AttentionInputs& in, const AttentionAttributes& a) {
   const TensorView& m = in.attn_mask;
   if (m.is_set()) {
     const std::int64_t full[4] = {s.b, s.hq, s.sq, s.t};
-    const std::string target = "(B, q_num_heads, Sq, T) = [" + str(s.b) + ", " + str(s.hq) + ", " + str(s.sq) + ", " +
-                               str(s.t) + "]";
+    const std::string target =
+        "(B, q_num_heads, Sq, T) = [" + str(s.b) + ", " + str(s.hq) + ", " + str(s.sq) + ", " + str(s.t) + "]";
     if (m.rank > 4)
       throw Error("attn_mask", "rank 1 to 4, broadcastable to " + target, "rank " + str(m.rank) + " " + dims(m));
     for (int ax = 0; ax < m.rank; ++ax)
@@ -478,8 +480,8 @@ void attention(const AttentionInputs& in, const AttentionAttributes& attr, Atten
 
   if (out.want_qk_matmul_output) {
     std::int64_t n = 0;
-    if (__builtin_mul_overflow(s.b, s.hq, &n) || __builtin_mul_overflow(n, s.sq, &n) || __builtin_mul_overflow(n, s.t, &n) ||
-        n > kMaxProbsElements)
+    if (__builtin_mul_overflow(s.b, s.hq, &n) || __builtin_mul_overflow(n, s.sq, &n) ||
+        __builtin_mul_overflow(n, s.t, &n) || n > kMaxProbsElements)
       throw Error("qk_matmul_output", "at most " + str(kMaxProbsElements) + " elements (B·q_num_heads·Sq·T)",
                   "[" + str(s.b) + ", " + str(s.hq) + ", " + str(s.sq) + ", " + str(s.t) + "]");
   }
@@ -489,7 +491,6 @@ void attention(const AttentionInputs& in, const AttentionAttributes& attr, Atten
   const TensorView q = readable(heads_first(in.Q, s.hq), compute, q_keep, "Q");
 
   // K and V as [B, Hkv, T, X]: the new keys alone, or past + new in the present buffers.
-  AttentionOutputs result;
   auto kv = [&](const TensorView& x, const TensorView& past, DType type, std::int64_t width, bool want,
                 const char* name, const char* present_name, Tensor& present, Owned& keep) -> TensorView {
     const TensorView x4 = heads_first(x, s.hkv);
@@ -505,7 +506,7 @@ void attention(const AttentionInputs& in, const AttentionAttributes& attr, Atten
     copy_view(x4, dst);
     return readable(present.view(), compute, keep, present_name);
   };
-  // With a past, the concatenation is computed on even when the caller does not want it.
+  // With a past the concatenation is built (and read) even when the caller does not want it.
   Tensor present_key, present_value;
   const TensorView k = kv(in.K, in.past_key, t1, s.d, out.want_present_key, "K", "present_key", present_key, k_keep);
   const TensorView v =
@@ -554,7 +555,8 @@ void attention(const AttentionInputs& in, const AttentionAttributes& attr, Atten
       const std::size_t es = dtype_size(type);
       std::byte pad_bytes[8];
       store(pad_bytes, type, pad);
-      for (std::size_t i = 0; i < mask_keep.bytes.size(); i += es) std::memcpy(mask_keep.bytes.data() + i, pad_bytes, es);
+      for (std::size_t i = 0; i < mask_keep.bytes.size(); i += es)
+        std::memcpy(mask_keep.bytes.data() + i, pad_bytes, es);
       TensorView head = mask_keep.view;
       head.shape[head.rank - 1] = s.mask_keys;
       copy_view(m, head);
@@ -569,10 +571,9 @@ void attention(const AttentionInputs& in, const AttentionAttributes& attr, Atten
 
   // Y: computed in place when its type is the computation's, else converted at the end.
   const std::vector<std::int64_t> y_shape = in.Q.rank == 3 ? std::vector<std::int64_t>{s.b, s.sq, s.hq * s.dv}
-                                                            : std::vector<std::int64_t>{s.b, s.hq, s.sq, s.dv};
-  result.Y = make_tensor(t1, y_shape, "Y");
-  Tensor y_compute;
-  Tensor& y_buf = t1 == compute ? result.Y : (y_compute = make_tensor(compute, y_shape, "Y"));
+                                                           : std::vector<std::int64_t>{s.b, s.hq, s.sq, s.dv};
+  Tensor y = make_tensor(t1, y_shape, "Y"), y_compute;
+  Tensor& y_buf = t1 == compute ? y : (y_compute = make_tensor(compute, y_shape, "Y"));
   TensorView o;
   if (in.Q.rank == 3) {
     o = TensorView::bshd(y_buf.data.data(), compute, s.b, s.sq, s.hq, s.dv);
@@ -580,11 +581,11 @@ void attention(const AttentionInputs& in, const AttentionAttributes& attr, Atten
     o = y_buf.view();
   }
 
-  Tensor qk_compute;
+  Tensor qk, qk_compute;
   if (out.want_qk_matmul_output) {
     const std::vector<std::int64_t> qk_shape = {s.b, s.hq, s.sq, s.t};
-    result.qk_matmul_output = make_tensor(t1, qk_shape, "qk_matmul_output");
-    Tensor& qk_buf = t1 == compute ? result.qk_matmul_output : (qk_compute = make_tensor(compute, qk_shape, "qk_matmul_output"));
+    qk = make_tensor(t1, qk_shape, "qk_matmul_output");
+    Tensor& qk_buf = t1 == compute ? qk : (qk_compute = make_tensor(compute, qk_shape, "qk_matmul_output"));
     opt.scores = qk_buf.view();
     opt.scores_stage = static_cast<ScoresStage>(attr.qk_matmul_output_mode);
   }
@@ -600,13 +601,13 @@ void attention(const AttentionInputs& in, const AttentionAttributes& attr, Atten
   }
 
   if (t1 != compute) {
-    copy_view(y_compute.view(), result.Y.view());
-    if (out.want_qk_matmul_output) copy_view(qk_compute.view(), result.qk_matmul_output.view());
+    copy_view(y_compute.view(), y.view());
+    if (out.want_qk_matmul_output) copy_view(qk_compute.view(), qk.view());
   }
-  out.Y = std::move(result.Y);
+  out.Y = std::move(y);
   out.present_key = out.want_present_key ? std::move(present_key) : Tensor{};
   out.present_value = out.want_present_value ? std::move(present_value) : Tensor{};
-  out.qk_matmul_output = std::move(result.qk_matmul_output);
+  out.qk_matmul_output = std::move(qk);
 }
 
 }  // namespace sdpa::onnx

@@ -1,0 +1,57 @@
+# Explorer tests, included from tests/CMakeLists.txt.
+#
+# 1. explorer_api_test (globbed there like every *_test.cpp) also needs the
+#    explorer's sources and dependencies; they are attached once the test
+#    target exists, wherever this file is included.
+# 2. browser_explorer: `sdpa serve` driven by headless Chromium through
+#    Selenium (tests/browser/explorer_test.py). Added only where a Python with
+#    Selenium and chromedriver are found, e.g. on Debian:
+#      apt-get install -y chromium chromium-driver python3-selenium
+
+function(_sdpa_explorer_api_test)
+  if(TARGET explorer_api_test AND TARGET sdpa_explorer)
+    target_sources(explorer_api_test PRIVATE ${PROJECT_SOURCE_DIR}/apps/sdpa/explorer_api.cpp)
+    target_link_libraries(explorer_api_test PRIVATE sdpa_explorer)
+  elseif(TARGET explorer_api_test)
+    message(WARNING "explorer_api_test needs apps/sdpa/explorer.cmake (sdpa_explorer); "
+                    "add include(\${CMAKE_CURRENT_SOURCE_DIR}/explorer.cmake) to apps/sdpa/CMakeLists.txt")
+  endif()
+endfunction()
+cmake_language(DEFER CALL _sdpa_explorer_api_test)
+
+# A Python that can import selenium: SDPA_BROWSER_PYTHON, or the first python3
+# on PATH that can (a virtual environment may come first without it).
+set(SDPA_BROWSER_PYTHON "" CACHE FILEPATH "Python with Selenium for the browser test (empty: search PATH)")
+set(_sdpa_browser_python "")
+if(SDPA_BROWSER_PYTHON)
+  set(_sdpa_candidates "${SDPA_BROWSER_PYTHON}")
+else()
+  set(_sdpa_candidates "")
+  string(REPLACE ":" ";" _sdpa_path "$ENV{PATH}")
+  foreach(dir IN LISTS _sdpa_path)
+    if(dir AND EXISTS "${dir}/python3" AND NOT IS_DIRECTORY "${dir}/python3")
+      list(APPEND _sdpa_candidates "${dir}/python3")
+    endif()
+  endforeach()
+endif()
+foreach(candidate IN LISTS _sdpa_candidates)
+  execute_process(COMMAND "${candidate}" -c "import selenium" RESULT_VARIABLE _sdpa_rc OUTPUT_QUIET ERROR_QUIET)
+  if(_sdpa_rc EQUAL 0)
+    set(_sdpa_browser_python "${candidate}")
+    break()
+  endif()
+endforeach()
+find_program(SDPA_CHROMEDRIVER chromedriver)
+
+if(NOT _sdpa_browser_python)
+  message(STATUS "browser test skipped: no python3 that can `import selenium` (apt-get install python3-selenium)")
+elseif(NOT SDPA_CHROMEDRIVER)
+  message(STATUS "browser test skipped: chromedriver not found (apt-get install chromium chromium-driver)")
+else()
+  message(STATUS "browser test: ${_sdpa_browser_python} with ${SDPA_CHROMEDRIVER}")
+  add_test(NAME browser_explorer
+           COMMAND "${_sdpa_browser_python}" ${CMAKE_CURRENT_LIST_DIR}/explorer_test.py
+                   --sdpa $<TARGET_FILE:sdpa_cli> --chromedriver "${SDPA_CHROMEDRIVER}"
+                   --screenshot ${CMAKE_CURRENT_BINARY_DIR}/browser/explorer.png)
+  set_tests_properties(browser_explorer PROPERTIES TIMEOUT 60)
+endif()

@@ -1,0 +1,558 @@
+// The explorer's JSON API (apps/sdpa/explorer_api.h), called directly, and
+// `sdpa serve` / `sdpa stats` run as processes: the HTTP wiring, bad input,
+// the port-in-use message, Ctrl-C, and the atomically written SVG.
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <optional>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "explorer_api.h"
+
+namespace ex = sdpa::explorer;
+using json = nlohmann::json;
+
+namespace {
+
+json call(const std::string& endpoint, const json& body, int want_status = 200) {
+  const ex::Response r = ex::handle("POST", "/api/" + endpoint, body.dump());
+  EXPECT_EQ(r.status, want_status) << endpoint << " " << body.dump() << " -> " << r.body;
+  return json::parse(r.body);
+}
+
+// ---------------------------------------------------------------- softmax arithmetic
+
+TEST(ExplorerMath, SoftmaxSumsToOneAndMatchesLogSoftmax) {
+  const std::vector<double> s = {40, 12, 8};
+  const std::vector<double> p = ex::softmax(s), lp = ex::log_softmax(s);
+  EXPECT_NEAR(std::accumulate(p.begin(), p.end(), 0.0), 1.0, 1e-15);
+  for (std::size_t i = 0; i < s.size(); ++i) EXPECT_NEAR(std::exp(lp[i]), p[i], 1e-15);
+  // log-probabilities keep the order even where the probabilities underflow.
+  const std::vector<double> far = {1000, -1000, -999};
+  const std::vector<double> lfar = ex::log_softmax(far);
+  EXPECT_EQ(ex::softmax(far)[1], 0.0);
+  EXPECT_LT(lfar[1], lfar[2]);
+  EXPECT_EQ(ex::ranks(lfar), (std::vector<int>{1, 3, 2}));
+}
+
+TEST(ExplorerMath, EntropyAndJacobian) {
+  const std::vector<double> uniform(8, 1.0 / 8), one_hot = {1, 0, 0, 0};
+  EXPECT_NEAR(ex::entropy(uniform), std::log(8.0), 1e-12);
+  EXPECT_EQ(ex::entropy(one_hot), 0.0);
+  EXPECT_EQ(ex::jacobian_norm(one_hot), 0.0);  // saturated: no gradient at all
+  // diag(p) − p·pᵀ for p uniform over n: n(1/n − 1/n²)² + n(n−1)/n⁴.
+  const double n = 8, want = std::sqrt(n * std::pow(1 / n - 1 / (n * n), 2) + n * (n - 1) / std::pow(n, 4));
+  EXPECT_NEAR(ex::jacobian_norm(uniform), want, 1e-12);
+}
+
+TEST(ExplorerMath, RanksShareTies) {
+  EXPECT_EQ(ex::ranks(std::vector<double>{3, 1, 3, 2}), (std::vector<int>{1, 4, 1, 3}));
+}
+
+// ---------------------------------------------------------------- endpoints
+
+TEST(ExplorerApi, ScaleWorksTheLessonsExample) {
+  const json r = call("scale", {{"score", 40}, {"dk", 64}});
+  EXPECT_EQ(r["sqrt_dk"], 8.0);
+  EXPECT_EQ(r["scaled"], 5.0);
+  EXPECT_EQ(r["scale"], 0.125);
+  EXPECT_EQ(r["sqrt_is_integer"], true);
+  const json q = call("scale", {{"score", 40}, {"dk", 50}});
+  EXPECT_EQ(q["scaled"].get<double>(), 40 / std::sqrt(50.0));
+  EXPECT_EQ(q["sqrt_is_integer"], false);
+  EXPECT_EQ(call("scale", json::object())["scaled"], 5.0);  // defaults: 40 and 64
+}
+
+TEST(ExplorerApi, StoryKeepsTheOrderAndSoftensTheWeights) {
+  const json r = call("softmax", {{"labels", {"Tom", "New York", "lives"}}, {"scores", {40, 12, 8}}, {"dk", 64}});
+  EXPECT_EQ(r["scaled_scores"], json({5.0, 1.5, 1.0}));
+  EXPECT_EQ(r["same_order"], true);
+  EXPECT_EQ(r["raw"]["ranks"], json({1, 2, 3}));
+  EXPECT_EQ(r["scaled"]["ranks"], json({1, 2, 3}));
+  EXPECT_GT(r["raw"]["probs"][0].get<double>(), 1 - 1e-11);  // Tom takes everything
+  const double z = std::exp(5.0) + std::exp(1.5) + std::exp(1.0);
+  EXPECT_NEAR(r["scaled"]["probs"][0].get<double>(), std::exp(5.0) / z, 1e-12);
+  EXPECT_NEAR(r["scaled"]["probs"][2].get<double>(), std::exp(1.0) / z, 1e-12);
+  EXPECT_GT(r["scaled"]["entropy"].get<double>(), r["raw"]["entropy"].get<double>());
+}
+
+TEST(ExplorerApi, GrowthSpreadIsRootDk) {
+  for (int dk : {1, 16, 256, 1024}) {
+    const json r = call("growth", {{"dk", dk}, {"seed", 3}});
+    EXPECT_NEAR(r["std_raw"].get<double>() / std::sqrt(double(dk)), 1.0, 0.08) << dk;
+    EXPECT_NEAR(r["std_scaled"].get<double>(), 1.0, 0.08) << dk;
+    const json& h = r["histogram"];
+    long total = h["below"]["raw"].get<long>() + h["above"]["raw"].get<long>();
+    for (const json& c : h["raw"]) total += c.get<long>();
+    EXPECT_EQ(total, h["samples"].get<long>());
+    EXPECT_EQ(h["samples"].get<long>(), r["keys"].get<long>() * r["trials"].get<long>());
+  }
+  const json big = call("growth", {{"dk", 1024}});
+  EXPECT_GT(big["raw"]["max_weight"].get<double>(), 0.9);    // saturated
+  EXPECT_LT(big["raw"]["entropy"].get<double>(), 0.3);
+  EXPECT_LT(big["scaled"]["max_weight"].get<double>(), 0.4);
+  EXPECT_GT(big["scaled"]["entropy"].get<double>(), 2.0);
+  EXPECT_LT(big["raw"]["grad_norm"].get<double>(), 0.5 * big["scaled"]["grad_norm"].get<double>());
+}
+
+TEST(ExplorerApi, GrowthIsDeterministicAndMatchesTheCurve) {
+  const ex::GrowthConfig cfg{16, 64, 9};
+  const ex::GrowthPoint a = ex::growth_point(128, cfg), b = ex::growth_point(128, cfg);
+  EXPECT_EQ(a.std_raw, b.std_raw);
+  EXPECT_EQ(a.raw.entropy, b.raw.entropy);
+  const std::vector<ex::GrowthPoint> curve = ex::growth_curve(128, cfg);
+  ASSERT_EQ(curve.size(), 8u);  // 1, 2, ..., 128
+  EXPECT_EQ(curve.back().std_raw, a.std_raw);
+  EXPECT_EQ(curve.front().raw.entropy, curve.front().scaled.entropy);  // d_k = 1: nothing to scale
+  EXPECT_EQ(ex::growth_dks(100), (std::vector<int>{1, 2, 4, 8, 16, 32, 64, 100}));
+  const json c = call("curve", {{"seed", 9}, {"keys", 16}, {"trials", 64}, {"dk_max", 128}});
+  ASSERT_EQ(c["points"].size(), 8u);
+  EXPECT_EQ(c["points"][7]["std_raw"].get<double>(), a.std_raw);
+}
+
+// softmax(scale·Q·Kᵀ) and P·V in double, from the float32 inputs the API reports.
+struct Expected {
+  std::vector<std::vector<double>> p, o;
+};
+Expected expected_attention(const json& r, double scale, bool causal) {
+  const std::size_t n = r["n"], d = r["d"], dv = r["dv"];
+  Expected e;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::vector<double> s;
+    for (std::size_t j = 0; j < n; ++j) {
+      double dot = 0;
+      for (std::size_t c = 0; c < d; ++c) dot += r["q"][i][c].get<double>() * r["k"][j][c].get<double>();
+      s.push_back(causal && j > i ? -INFINITY : scale * dot);
+    }
+    std::vector<double> p = ex::softmax(s);
+    std::vector<double> o(dv, 0.0);
+    for (std::size_t j = 0; j < n; ++j) {
+      for (std::size_t c = 0; c < dv; ++c) o[c] += p[j] * r["v"][j][c].get<double>();
+    }
+    e.p.push_back(p);
+    e.o.push_back(o);
+  }
+  return e;
+}
+
+void expect_map_matches(const json& r) {
+  const bool causal = r["causal"];
+  const std::size_t n = r["n"], dv = r["dv"];
+  for (const char* side : {"scaled", "unscaled"}) {
+    const json& s = r[side];
+    const Expected e = expected_attention(r, s["scale"].get<double>(), causal);
+    for (std::size_t i = 0; i < n; ++i) {
+      EXPECT_NEAR(s["row_sums"][i].get<double>(), 1.0, 1e-5) << side << " row " << i;
+      for (std::size_t j = 0; j < n; ++j) {
+        EXPECT_NEAR(s["probs"][i][j].get<double>(), e.p[i][j], 2e-5) << side << " " << i << "," << j;
+        if (causal && j > i) {
+          EXPECT_EQ(s["probs"][i][j].get<double>(), 0.0);
+        }
+      }
+      for (std::size_t c = 0; c < dv; ++c) EXPECT_NEAR(s["out"][i][c].get<double>(), e.o[i][c], 1e-4) << side;
+    }
+  }
+}
+
+TEST(ExplorerApi, AttentionMapIsTheLibrarysSoftmax) {
+  for (bool causal : {false, true}) {
+    const json r = call("attention", {{"tokens", {"Tom", "lives", "in", "New York"}}, {"d", 16}, {"dv", 4},
+                                      {"seed", 7}, {"causal", causal}});
+    EXPECT_EQ(r["n"], 4);
+    EXPECT_EQ(r["scaled"]["scale"], 0.25);
+    EXPECT_EQ(r["unscaled"]["scale"], 1.0);
+    expect_map_matches(r);
+    // Without scaling the rows are sharper.
+    EXPECT_LT(r["unscaled"]["mean_entropy"].get<double>(), r["scaled"]["mean_entropy"].get<double>());
+  }
+  // The same seed gives the same vectors.
+  const json a = call("attention", {{"tokens", {"a", "b"}}, {"seed", 11}});
+  const json b = call("attention", {{"tokens", {"a", "b"}}, {"seed", 11}});
+  EXPECT_EQ(a["q"], b["q"]);
+  EXPECT_NE(a["q"], call("attention", {{"tokens", {"a", "b"}}, {"seed", 12}})["q"]);
+}
+
+TEST(ExplorerApi, AttentionMapTakesEnteredVectors) {
+  const json req = {{"tokens", {"x", "y", "z"}},
+                    {"q", {{1, 0}, {0, 1}, {1, 1}}},
+                    {"k", {{2, 0}, {0, 2}, {1, -1}}},
+                    {"v", {{1, 0, 0}, {0, 1, 0}, {0, 0, 1}}},
+                    {"causal", true}};
+  const json r = call("attention", req);
+  EXPECT_EQ(r["entered"], true);
+  EXPECT_EQ(r["d"], 2);
+  EXPECT_EQ(r["dv"], 3);
+  EXPECT_EQ(r["k"][2][1], -1.0);
+  EXPECT_EQ(r["scaled"]["probs"][0], json({1.0, 0.0, 0.0}));  // the first token sees only itself
+  expect_map_matches(r);
+}
+
+TEST(ExplorerApi, MisconceptionsAreRefutedByTheNumbers) {
+  const json r = call("misconceptions", {{"scores", {40, 12, 8}}, {"dk", 64}});
+  EXPECT_EQ(r["order"]["same"], true);
+  EXPECT_EQ(r["order"]["random_changed"], 0);
+  EXPECT_EQ(r["order"]["random_winner_changed"], 0);
+  EXPECT_EQ(r["learned"]["scale"], 0.125);
+  for (const json& rec : r["learned"]["recovered"]) EXPECT_NEAR(rec["scale"].get<double>(), 0.125, 1e-4);
+  EXPECT_EQ(r["learned"]["trainable_parameters"], 0);
+  const json& big = r["big_dk"]["big"];
+  EXPECT_EQ(big["dk"], 1024);
+  EXPECT_LT(big["raw"]["entropy"].get<double>(), 0.3);
+  EXPECT_GT(big["scaled"]["entropy"].get<double>(), 2.0);
+  EXPECT_NEAR(r["flat"]["top_scaled"].get<double>(), std::exp(5.0) / (std::exp(5.0) + std::exp(1.5) + std::exp(1.0)),
+              1e-12);
+}
+
+TEST(ExplorerApi, InfoNamesTheLimits) {
+  const ex::Response r = ex::handle("GET", "/api/info", "");
+  ASSERT_EQ(r.status, 200);
+  const json info = json::parse(r.body);
+  EXPECT_EQ(info["limits"]["dk"], json({1, 1024}));
+  EXPECT_EQ(info["limits"]["body_bytes"], 65536);
+  EXPECT_FALSE(info["isa"].get<std::string>().empty());
+}
+
+// ---------------------------------------------------------------- bad input
+
+struct Bad {
+  std::string endpoint;
+  json body;
+  std::string field;
+};
+
+TEST(ExplorerApi, BadInputIs400NamingTheField) {
+  std::vector<std::string> many_tokens;
+  for (int i = 0; i < 17; ++i) many_tokens.push_back(std::string("t").append(std::to_string(i)));
+  const std::vector<Bad> cases = {
+      {"scale", {{"dk", 0}}, "dk"},
+      {"scale", {{"dk", 2000}}, "dk"},
+      {"scale", {{"dk", 64.5}}, "dk"},
+      {"scale", {{"dk", "64"}}, "dk"},
+      {"scale", {{"score", 1e9}}, "score"},
+      {"scale", {{"score", "forty"}}, "score"},
+      {"scale", {{"dk", 64}, {"d_k", 64}}, "d_k"},
+      {"softmax", {{"scores", json::array()}}, "scores"},
+      {"softmax", {{"scores", {1, "x", 3}}}, "scores"},
+      {"softmax", {{"scores", {1, 2, 3}}, {"labels", {"a"}}}, "labels"},
+      {"softmax", {{"scores", {1, 2}}, {"labels", {"a", ""}}}, "labels"},
+      {"softmax", {{"scores", {1, 2}}, {"labels", {"a", std::string(40, 'b')}}}, "labels"},
+      {"softmax", {{"scores", {1, 2}}, {"labels", {"a", "b\nc"}}}, "labels"},
+      {"growth", {{"dk", -1}}, "dk"},
+      {"growth", {{"keys", 1}}, "keys"},
+      {"growth", {{"trials", 1000000}}, "trials"},
+      {"growth", {{"bins", 3}}, "bins"},
+      {"growth", {{"seed", -1}}, "seed"},
+      {"growth", {{"seed", 9007199254740992.0}}, "seed"},
+      {"curve", {{"dk_max", 4096}}, "dk_max"},
+      {"attention", {{"tokens", json::array()}}, "tokens"},
+      {"attention", {{"tokens", many_tokens}}, "tokens"},
+      {"attention", {{"tokens", {"a", 5}}}, "tokens"},
+      {"attention", {{"tokens", {"a"}}, {"d", 0}}, "d"},
+      {"attention", {{"tokens", {"a"}}, {"d", 257}}, "d"},
+      {"attention", {{"tokens", {"a"}}, {"dv", 17}}, "dv"},
+      {"attention", {{"tokens", {"a"}}, {"causal", 1}}, "causal"},
+      {"attention", {{"tokens", {"a"}}, {"q", {{1}}}}, "k"},
+      {"attention", {{"tokens", {"a", "b"}}, {"q", {{1}}}, {"k", {{1}, {1}}}, {"v", {{1}, {1}}}}, "q"},
+      {"attention", {{"tokens", {"a", "b"}}, {"q", {{1}, {1, 2}}}, {"k", {{1}, {1}}}, {"v", {{1}, {1}}}}, "q"},
+      {"attention", {{"tokens", {"a"}}, {"q", {{1, 2}}}, {"k", {{1}}}, {"v", {{1}}}}, "k"},
+      {"attention", {{"tokens", {"a"}}, {"q", {{1}}}, {"k", {{1}}}, {"v", {{"x"}}}}, "v"},
+      {"attention", {{"tokens", {"a"}}, {"q", {{1e6}}}, {"k", {{1}}}, {"v", {{1}}}}, "q"},
+      {"attention", {{"tokens", {"a"}}, {"q", {{1, 2}}}, {"k", {{1, 2}}}, {"v", {{1}}}, {"d", 3}}, "q"},
+      {"misconceptions", {{"scores", {1}}}, "scores"},
+      {"misconceptions", {{"big_dk", 0}}, "big_dk"},
+  };
+  for (const Bad& c : cases) {
+    const ex::Response r = ex::handle("POST", "/api/" + c.endpoint, c.body.dump());
+    EXPECT_EQ(r.status, 400) << c.endpoint << " " << c.body.dump() << " -> " << r.body;
+    const json e = json::parse(r.body, nullptr, false);
+    ASSERT_TRUE(e.is_object()) << r.body;
+    EXPECT_EQ(e["field"], c.field) << c.endpoint << " " << c.body.dump() << " -> " << r.body;
+    EXPECT_TRUE(e["error"].is_string() && !e["error"].get<std::string>().empty());
+  }
+  // The message says what was expected and what came.
+  const json e = json::parse(ex::handle("POST", "/api/scale", R"({"dk": 2000})").body);
+  EXPECT_EQ(e["error"], "dk: expected an integer in [1, 1024], got 2000");
+}
+
+TEST(ExplorerApi, MalformedRequests) {
+  auto field_of = [](const ex::Response& r) { return json::parse(r.body)["field"]; };
+  ex::Response r = ex::handle("POST", "/api/scale", "{\"dk\": 64");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(field_of(r), "body");
+  r = ex::handle("POST", "/api/scale", "[1, 2]");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(field_of(r), "body");
+  r = ex::handle("POST", "/api/scale", "  ");  // no body: the defaults
+  EXPECT_EQ(r.status, 200);
+  r = ex::handle("POST", "/api/scale", std::string(ex::kMaxBodyBytes + 1, ' '));
+  EXPECT_EQ(r.status, 413);
+  EXPECT_EQ(field_of(r), "body");
+  r = ex::handle("GET", "/api/scale", "");
+  EXPECT_EQ(r.status, 405);
+  r = ex::handle("POST", "/api/info", "");
+  EXPECT_EQ(r.status, 405);
+  r = ex::handle("POST", "/api/nothing", "{}");
+  EXPECT_EQ(r.status, 404);
+  EXPECT_TRUE(json::parse(r.body)["error"].is_string());
+}
+
+// ---------------------------------------------------------------- the page
+
+TEST(ExplorerAssets, AFixedSetOfFiles) {
+  const ex::Asset* index = ex::find_asset("/");
+  ASSERT_NE(index, nullptr);
+  EXPECT_EQ(index->path, "/index.html");
+  EXPECT_EQ(index->content_type, "text/html; charset=utf-8");
+  for (const char* path : {"/index.html", "/style.css", "/app.js", "/favicon.svg"}) {
+    const ex::Asset* a = ex::find_asset(path);
+    ASSERT_NE(a, nullptr) << path;
+    EXPECT_FALSE(a->body.empty()) << path;
+  }
+  EXPECT_EQ(ex::find_asset("/app.js")->content_type, "text/javascript; charset=utf-8");
+  for (const char* path : {"", "/../CMakeLists.txt", "/web/index.html", "/index.html/", "/INDEX.HTML", "/app.js?x=1",
+                           "/./app.js", "//app.js", "/api/info", "/embed.cmake", "/%2e%2e/CMakeLists.txt"}) {
+    EXPECT_EQ(ex::find_asset(path), nullptr) << path;
+  }
+}
+
+TEST(ExplorerAssets, PageIsSelfContained) {
+  const std::string html(ex::find_asset("/index.html")->body);
+  // Everything the page loads is one of the embedded files: no CDN, no external font.
+  const std::regex ref(R"re((?:src|href)="([^"#]+)")re");
+  int refs = 0;
+  for (auto it = std::sregex_iterator(html.begin(), html.end(), ref); it != std::sregex_iterator(); ++it, ++refs) {
+    EXPECT_NE(ex::find_asset(std::string("/").append((*it)[1].str())), nullptr) << (*it)[1].str();
+  }
+  EXPECT_GE(refs, 3);
+  EXPECT_EQ(html.find("http"), std::string::npos);
+  const std::string js(ex::find_asset("/app.js")->body);
+  EXPECT_EQ(js.find("https://"), std::string::npos);
+  EXPECT_EQ(js.find("import("), std::string::npos);
+  EXPECT_EQ(std::string(ex::find_asset("/style.css")->body).find("@import"), std::string::npos);
+  // Both languages.
+  EXPECT_NE(js.find("ko: {"), std::string::npos);
+  EXPECT_NE(js.find("어텐션"), std::string::npos);
+}
+
+// ---------------------------------------------------------------- processes
+
+// A child process with its stdout and stderr on pipes.
+struct Child {
+  pid_t pid = -1;
+  int out = -1, err = -1;
+
+  Child() = default;
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+  Child(Child&& o) noexcept : pid(std::exchange(o.pid, -1)), out(std::exchange(o.out, -1)), err(std::exchange(o.err, -1)) {}
+
+  static Child spawn(const std::vector<std::string>& args) {
+    int o[2], e[2];
+    if (pipe(o) != 0 || pipe(e) != 0) throw std::runtime_error("pipe");
+    Child c;
+    c.pid = fork();
+    if (c.pid == 0) {
+      dup2(o[1], 1);
+      dup2(e[1], 2);
+      close(o[0]);
+      close(e[0]);
+      std::vector<char*> argv;
+      for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    close(o[1]);
+    close(e[1]);
+    c.out = o[0];
+    c.err = e[0];
+    return c;
+  }
+
+  // One line of stdout, or "" after `timeout`.
+  std::string read_line(std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+    std::string line;
+    const auto end = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < end) {
+      pollfd p{out, POLLIN, 0};
+      if (poll(&p, 1, 100) <= 0) continue;
+      char ch;
+      if (read(out, &ch, 1) != 1) break;
+      if (ch == '\n') return line;
+      line += ch;
+    }
+    return line;
+  }
+
+  static std::string drain(int fd) {
+    std::string s;
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof buf)) > 0) s.append(buf, static_cast<std::size_t>(n));
+    return s;
+  }
+
+  // The exit code (128 + signal if killed), waiting at most `timeout`.
+  int wait(std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+    const auto end = std::chrono::steady_clock::now() + timeout;
+    int status = 0;
+    while (waitpid(pid, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > end) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        pid = -1;
+        return -1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    pid = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+
+  ~Child() {
+    if (pid > 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+    if (out >= 0) close(out);
+    if (err >= 0) close(err);
+  }
+};
+
+// `sdpa serve --port 0`, its port read from the URL it prints.
+struct Server {
+  Child child;
+  int port = 0;
+  Server() : child(Child::spawn({SDPA_CLI, "serve", "--port", "0"})) {
+    const std::string line = child.read_line();
+    std::smatch m;
+    if (std::regex_search(line, m, std::regex(R"(http://127\.0\.0\.1:(\d+)/)"))) port = std::stoi(m[1].str());
+  }
+};
+
+TEST(ExplorerServe, ServesThePageAndTheApi) {
+  Server server;
+  ASSERT_GT(server.port, 0) << "no URL printed";
+  httplib::Client cli("127.0.0.1", server.port);
+  cli.set_connection_timeout(5);
+  cli.set_read_timeout(10);
+
+  auto page = cli.Get("/");
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 200);
+  EXPECT_EQ(page->get_header_value("Content-Type"), "text/html; charset=utf-8");
+  EXPECT_NE(page->get_header_value("Content-Security-Policy").find("default-src 'self'"), std::string::npos);
+  EXPECT_EQ(page->body, std::string(ex::find_asset("/index.html")->body));
+
+  auto info = cli.Get("/api/info");
+  ASSERT_TRUE(info);
+  EXPECT_EQ(info->status, 200);
+  EXPECT_EQ(info->get_header_value("Content-Type"), "application/json");
+
+  auto scaled = cli.Post("/api/scale", R"({"score": 40, "dk": 64})", "application/json");
+  ASSERT_TRUE(scaled);
+  EXPECT_EQ(scaled->status, 200);
+  EXPECT_EQ(json::parse(scaled->body)["scaled"], 5.0);
+
+  auto bad = cli.Post("/api/scale", R"({"dk": 0})", "application/json");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_EQ(json::parse(bad->body)["field"], "dk");
+
+  // No path leaves the embedded set.
+  for (const char* path : {"/../CMakeLists.txt", "/%2e%2e/CMakeLists.txt", "/web/index.html", "/..%2fCMakeLists.txt",
+                           "/etc/passwd", "/index.html%00.js"}) {
+    auto r = cli.Get(path);
+    ASSERT_TRUE(r) << path;
+    EXPECT_EQ(r->status, 404) << path;
+  }
+  auto missing = cli.Post("/api/nothing", "{}", "application/json");
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 404);
+
+  // Bodies are limited to 64 KiB.
+  auto big = cli.Post("/api/scale", std::string(70000, ' '), "application/json");
+  ASSERT_TRUE(big);
+  EXPECT_EQ(big->status, 413);
+  EXPECT_EQ(json::parse(big->body)["field"], "body");
+
+  // A page elsewhere cannot reach the API through a name that resolves to loopback.
+  auto rebound = cli.Get("/api/info", {{"Host", "attacker.example:80"}});
+  ASSERT_TRUE(rebound);
+  EXPECT_EQ(rebound->status, 403);
+
+  // Ctrl-C stops it cleanly.
+  kill(server.child.pid, SIGINT);
+  EXPECT_EQ(server.child.wait(), 0);
+  EXPECT_NE(Child::drain(server.child.out).find("stopped"), std::string::npos);
+}
+
+TEST(ExplorerServe, SaysWhenThePortIsTaken) {
+  Server first;
+  ASSERT_GT(first.port, 0);
+  Child second = Child::spawn({SDPA_CLI, "serve", "--port", std::to_string(first.port)});
+  EXPECT_EQ(second.wait(), 1);
+  const std::string err = Child::drain(second.err);
+  EXPECT_NE(err.find("port " + std::to_string(first.port) + " is in use; try --port"), std::string::npos) << err;
+  kill(first.child.pid, SIGTERM);
+  EXPECT_EQ(first.child.wait(), 0);
+}
+
+TEST(ExplorerServe, RejectsABadPort) {
+  Child c = Child::spawn({SDPA_CLI, "serve", "--port", "70000"});
+  EXPECT_EQ(c.wait(), 2);
+}
+
+TEST(ExplorerStats, PrintsTheTableAndWritesTheSvgAtomically) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("sdpa_stats_test_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path svg = dir / "stats.svg";
+  {
+    std::ofstream old(svg);
+    old << "old contents";
+  }
+  Child c = Child::spawn({SDPA_CLI, "stats", "--dk-max", "64", "--svg", svg.string()});
+  const std::string out = Child::drain(c.out);
+  EXPECT_EQ(c.wait(), 0) << Child::drain(c.err);
+  EXPECT_NE(out.find("d_k"), std::string::npos);
+  int rows = 0;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) rows += std::regex_search(line, std::regex(R"(^\s+\d+\s+\d)")) ? 1 : 0;
+  EXPECT_EQ(rows, 7);  // 1, 2, ..., 64
+
+  std::ifstream in(svg);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text.rfind("<?xml", 0), 0u);
+  EXPECT_NE(text.find("<svg xmlns=\"http://www.w3.org/2000/svg\""), std::string::npos);
+  EXPECT_NE(text.find("</svg>"), std::string::npos);
+  EXPECT_NE(text.find("entropy"), std::string::npos);
+  // Nothing left behind but the chart itself.
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) files += entry.is_regular_file() ? 1 : 0;
+  EXPECT_EQ(files, 1);
+
+  // A directory that does not exist: exit 1, the old file untouched elsewhere.
+  Child bad = Child::spawn({SDPA_CLI, "stats", "--dk-max", "4", "--svg", (dir / "missing" / "x.svg").string()});
+  Child::drain(bad.out);
+  EXPECT_EQ(bad.wait(), 1);
+  Child usage = Child::spawn({SDPA_CLI, "stats", "--dk-max", "0"});
+  EXPECT_EQ(usage.wait(), 2);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
