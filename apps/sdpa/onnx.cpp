@@ -28,6 +28,7 @@
 #include "cli_util.h"
 #include "commands.h"
 #include "io/npy.h"
+#include "output_files.h"
 #include "sdpa/onnx.h"
 
 namespace sdpa::cli {
@@ -98,88 +99,6 @@ Input load(const char* name, const std::string& path) {
                                                           : fmt::format("{} {}: {}", in.flag, path, what));
   }
   return in;
-}
-
-// Writes a set of outputs all-or-nothing: each is first written atomically to
-// a stage file next to its destination; only when every stage succeeded are
-// they renamed into place. Until commit(), the destructor removes the stages.
-class OutputFiles {
- public:
-  OutputFiles() = default;
-  OutputFiles(const OutputFiles&) = delete;
-  OutputFiles& operator=(const OutputFiles&) = delete;
-  ~OutputFiles() {
-    for (const Entry& e : entries_)
-      if (!e.committed && !e.stage.empty()) ::unlink(e.stage.c_str());
-  }
-
-  void stage(const std::string& flag, const std::string& path, const onnx::Tensor& t) {
-    Entry e;
-    e.path = path;
-    e.stage = reserve_stage(flag, path);
-    entries_.push_back(e);
-    try {
-      io::write_npy(e.stage, t.dtype, t.shape, t.data.data());
-    } catch (const std::exception& ex) {
-      throw std::runtime_error(fmt::format("{} {}: cannot write: {}", flag, path, ex.what()));
-    }
-  }
-
-  void commit() {
-    for (std::size_t i = 0; i < entries_.size(); ++i) {
-      Entry& e = entries_[i];
-      struct stat st {};
-      const bool existed = ::stat(e.path.c_str(), &st) == 0;
-      if (existed && S_ISREG(st.st_mode)) ::chmod(e.stage.c_str(), st.st_mode & 07777);
-      if (::rename(e.stage.c_str(), e.path.c_str()) != 0) {
-        const int err = errno;
-        for (std::size_t j = 0; j < i; ++j)
-          if (!entries_[j].existed) ::unlink(entries_[j].path.c_str());
-        throw std::runtime_error(
-            fmt::format("{}: cannot write: rename from {}: {}", e.path, e.stage, std::strerror(err)));
-      }
-      e.existed = existed;
-      e.committed = true;
-    }
-  }
-
- private:
-  struct Entry {
-    std::string path, stage;
-    bool existed = false, committed = false;
-  };
-
-  // Creates path + ".tmp.onnx.XXXXXX" exclusively, so that no other file is
-  // ever overwritten or removed by the cleanup.
-  static std::string reserve_stage(const std::string& flag, const std::string& path) {
-    static constexpr char kChars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-    std::mt19937_64 rng(std::random_device{}() ^ static_cast<std::uint64_t>(::getpid()));
-    for (int attempt = 0; attempt < 100; ++attempt) {
-      std::string stage = path + ".tmp.onnx.";
-      for (int i = 0; i < 6; ++i) stage += kChars[rng() % (sizeof(kChars) - 1)];
-      const int fd = ::open(stage.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-      if (fd >= 0) {
-        ::close(fd);
-        return stage;
-      }
-      if (errno != EEXIST) break;
-    }
-    throw std::runtime_error(
-        fmt::format("{} {}: cannot write: cannot create a file next to it: {}", flag, path, std::strerror(errno)));
-  }
-
-  std::vector<Entry> entries_;
-};
-
-// Fails early, before reading or computing, on a destination that cannot work.
-void check_destination(const std::string& flag, const std::string& path) {
-  std::error_code ec;
-  if (fs::is_directory(path, ec))
-    throw std::runtime_error(fmt::format("{} {}: cannot write: it is a directory", flag, path));
-  fs::path dir = fs::path(path).parent_path();
-  if (dir.empty()) dir = ".";
-  if (!fs::is_directory(dir, ec))
-    throw std::runtime_error(fmt::format("{} {}: cannot write: no directory {}", flag, path, dir.string()));
 }
 
 std::int64_t integer_in(const char* flag, const std::string& text, std::int64_t lo, std::int64_t hi,
@@ -304,11 +223,14 @@ int run_onnx(const OnnxArgs& args) {
     throw std::runtime_error(fmt::format("{}: {}", flag, detail));
   }
 
-  OutputFiles files;
-  files.stage("--Y", args.y, out.Y);
-  if (out.want_present_key) files.stage("--present-key", args.present_key, out.present_key);
-  if (out.want_present_value) files.stage("--present-value", args.present_value, out.present_value);
-  if (out.want_qk_matmul_output) files.stage("--qk-matmul-output", args.qk_matmul_output, out.qk_matmul_output);
+  StagedOutputs files("onnx");
+  auto stage = [&](const char* flag, const std::string& path, const onnx::Tensor& t) {
+    files.stage(flag, path, t.dtype, t.shape, t.data.data());
+  };
+  stage("--Y", args.y, out.Y);
+  if (out.want_present_key) stage("--present-key", args.present_key, out.present_key);
+  if (out.want_present_value) stage("--present-value", args.present_value, out.present_value);
+  if (out.want_qk_matmul_output) stage("--qk-matmul-output", args.qk_matmul_output, out.qk_matmul_output);
   files.commit();
 
   // A summary of what was read and written.

@@ -30,6 +30,7 @@
 #include "cli_util.h"
 #include "commands.h"
 #include "io/npy.h"
+#include "output_files.h"
 #include "sdpa/attention.h"
 #include "sdpa/serving.h"
 
@@ -159,97 +160,6 @@ Output make_output(Named name, DType dtype, std::vector<std::int64_t> file_shape
   return o;
 }
 
-// Writes a set of outputs all-or-nothing. Each file is first written (with
-// write_npy, atomically) to a stage file next to its destination; only when
-// every stage succeeded are they renamed into place. Until commit(), the
-// destructor removes every stage, so a failure leaves destinations untouched.
-class OutputFiles {
- public:
-  OutputFiles() = default;
-  OutputFiles(const OutputFiles&) = delete;
-  OutputFiles& operator=(const OutputFiles&) = delete;
-  ~OutputFiles() {
-    for (const Entry& e : entries_) {
-      if (!e.committed && !e.stage.empty()) ::unlink(e.stage.c_str());
-    }
-  }
-
-  void stage(const Output& out) {
-    Entry e;
-    e.path = out.name.path;
-    e.stage = reserve_stage(out.name);
-    entries_.push_back(e);
-    try {
-      io::write_npy(e.stage, out.dtype, out.file_shape, out.bytes.data());
-    } catch (const std::exception& ex) {
-      // write_npy names the stage file; report the destination instead.
-      throw std::runtime_error(fmt::format("{}: cannot write: {}", out.name.who(), ex.what()));
-    }
-  }
-
-  void commit() {
-    for (std::size_t i = 0; i < entries_.size(); ++i) {
-      Entry& e = entries_[i];
-      struct stat st {};
-      const bool existed = ::stat(e.path.c_str(), &st) == 0;
-      // Replacing a file keeps its permissions, as write_npy does.
-      if (existed && S_ISREG(st.st_mode)) ::chmod(e.stage.c_str(), st.st_mode & 07777);
-      if (::rename(e.stage.c_str(), e.path.c_str()) != 0) {
-        const int err = errno;
-        // Undo what can be undone: files this run created disappear again
-        // (a file replaced a moment ago cannot be brought back).
-        for (std::size_t j = 0; j < i; ++j) {
-          if (!entries_[j].existed) ::unlink(entries_[j].path.c_str());
-        }
-        throw std::runtime_error(
-            fmt::format("{}: cannot write: rename from {}: {}", e.path, e.stage, std::strerror(err)));
-      }
-      e.existed = existed;
-      e.committed = true;
-    }
-  }
-
- private:
-  struct Entry {
-    std::string path, stage;
-    bool existed = false, committed = false;
-  };
-
-  // Creates path + ".tmp.run.XXXXXX" exclusively, so that no other file is
-  // ever overwritten or removed by the cleanup.
-  static std::string reserve_stage(const Named& name) {
-    static constexpr char kChars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-    std::mt19937_64 rng(std::random_device{}() ^ static_cast<std::uint64_t>(::getpid()));
-    for (int attempt = 0; attempt < 100; ++attempt) {
-      std::string stage = name.path + ".tmp.run.";
-      for (int i = 0; i < 6; ++i) stage += kChars[rng() % (sizeof(kChars) - 1)];
-      const int fd = ::open(stage.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-      if (fd >= 0) {
-        ::close(fd);
-        return stage;
-      }
-      if (errno != EEXIST) break;
-    }
-    throw std::runtime_error(fmt::format("{}: cannot write: cannot create a file next to it: {}", name.who(),
-                                         std::strerror(errno)));
-  }
-
-  std::vector<Entry> entries_;
-};
-
-// Fails early, before reading or computing, on a destination that cannot work.
-void check_destination(const Named& name) {
-  std::error_code ec;
-  if (fs::is_directory(name.path, ec)) {
-    throw std::runtime_error(fmt::format("{}: cannot write: it is a directory", name.who()));
-  }
-  fs::path dir = fs::path(name.path).parent_path();
-  if (dir.empty()) dir = ".";
-  if (!fs::is_directory(dir, ec)) {
-    throw std::runtime_error(fmt::format("{}: cannot write: no directory {}", name.who(), dir.string()));
-  }
-}
-
 // Library errors name an argument ("k", "probs", ...); say which flag and file that is.
 [[noreturn]] void rethrow_named(const Error& e, const std::vector<const Input*>& inputs,
                                 const std::vector<const Output*>& outputs) {
@@ -365,8 +275,8 @@ io::NpyArray load_cu(const std::string& flag, const std::string& path) {
 // O [total_q, H, dv], lse [H, total_q]; sequence s is rows cu[s] .. cu[s+1].
 int run_packed(const RunArgs& args, const Settings& s) {
   const Named out_name{"--out", args.out};
-  check_destination(out_name);
-  if (!args.lse.empty()) check_destination({"--lse", args.lse});
+  check_destination(out_name.flag, out_name.path);
+  if (!args.lse.empty()) check_destination("--lse", args.lse);
   io::NpyArray cu_q = load_cu("--cu-seqlens-q", args.cu_seqlens_q), cu_k = load_cu("--cu-seqlens-k", args.cu_seqlens_k);
   std::vector<Input> in;
   for (auto [flag, path] : {std::pair{"--q", &args.q}, std::pair{"--k", &args.k}, std::pair{"--v", &args.v}}) {
@@ -409,8 +319,9 @@ int run_packed(const RunArgs& args, const Settings& s) {
       if (c == '_') c = '-';
     throw std::runtime_error(fmt::format("{}: expected {}, got {}", flag, e.expected(), e.got()));
   }
-  OutputFiles files;
-  for (const Output& out : outputs) files.stage(out);
+  StagedOutputs files("run");
+  for (const Output& out : outputs)
+    files.stage(out.name.flag, out.name.path, out.dtype, out.file_shape, out.bytes.data());
   files.commit();
   fmt::print("sdpa run: packed batch of {} sequences ({} query rows), {} path; wrote {}{}\n", cu_q.numel() - 1, tq,
              args.reference ? "reference" : "fast", args.out, args.lse.empty() ? "" : " and " + args.lse);
@@ -421,9 +332,9 @@ int run_run(const RunArgs& args) {
   const Settings s = check_flags(args);
   if (!args.cu_seqlens_q.empty()) return run_packed(args, s);
   const Named out_name{"--out", args.out};
-  check_destination(out_name);
-  if (!args.lse.empty()) check_destination({"--lse", args.lse});
-  if (!args.probs.empty()) check_destination({"--probs", args.probs});
+  check_destination(out_name.flag, out_name.path);
+  if (!args.lse.empty()) check_destination("--lse", args.lse);
+  if (!args.probs.empty()) check_destination("--probs", args.probs);
 
   const Input q = load_input("--q", args.q, s.layout, args.reference);
   const Input k = load_input("--k", args.k, s.layout, args.reference);
@@ -477,8 +388,9 @@ int run_run(const RunArgs& args) {
     rethrow_named(e, {&q, &k, &v}, outs);
   }
 
-  OutputFiles files;
-  for (const Output& out : outputs) files.stage(out);
+  StagedOutputs files("run");
+  for (const Output& out : outputs)
+    files.stage(out.name.flag, out.name.path, out.dtype, out.file_shape, out.bytes.data());
   files.commit();
 
   // A summary of what was read and written.
