@@ -71,7 +71,7 @@ TEST_P(Serving, varlen_equals_separate_calls_bit_for_bit) {
                   TensorView::bshd(k.data() + cu_k[s] * h_kv * d, 1, len_k[s], h_kv, d),
                   TensorView::bshd(v.data() + cu_k[s] * h_kv * dv, 1, len_k[s], h_kv, dv),
                   TensorView::bshd(os.data(), 1, len_q[s], h, dv), one);
-        ASSERT_EQ(0, std::memcmp(os.data(), o.data() + cu_q[s] * h * dv, os.size() * 4))
+        ASSERT_TRUE(os.empty() || std::memcmp(os.data(), o.data() + cu_q[s] * h * dv, os.size() * 4) == 0)
             << "sequence " << s << " causal " << causal << " window " << window;
         for (std::int64_t hh = 0; hh < h; ++hh)
           for (std::int64_t i = 0; i < len_q[s]; ++i) {
