@@ -6,10 +6,14 @@
 // baseline everyone writes first: scores materialised with OpenBLAS sgemm,
 // softmax, sgemm. FLOPs = 4·B·H·Nq·Nkv·d (QKᵀ and PV only), halved for causal
 // with Nq = Nkv. Decode shapes (Nq = 1) are memory-bound: they report the K/V
-// bytes read per second against the measured bandwidth. Peak memory is the
-// process's high-water RSS for the shape (reset before each shape through
-// /proc/self/clear_refs) above the RSS before the shape's buffers were
-// allocated, next to the size of those inputs and outputs.
+// bytes read per second against the measured bandwidth. Memory: "io MiB" is
+// the inputs and outputs; "extra MiB" is how far the process's high-water RSS
+// rose above that while sdpa ran (reset through /proc/self/clear_refs once the
+// buffers are allocated and touched): sdpa's own workspace and partials.
+//
+// OpenBLAS's worker threads spin for a while after each call; on 2 cores they
+// would steal time from the next sdpa measurement, so the baseline runs after
+// sdpa for each shape and is followed by a pause that lets them go to sleep.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -42,7 +46,7 @@ struct Row {
   Shape s;
   double ms = 0, gflops = 0, pct_peak = 0, gbs = 0, pct_bw = 0;
   double blas_ms = 0, speedup = 0;
-  double io_mib = 0, peak_mib = 0;
+  double io_mib = 0, extra_mib = 0;
 };
 
 double now_s() {
@@ -94,8 +98,6 @@ std::vector<Shape> default_shapes(const std::string& which, const std::vector<st
 Row measure(const Shape& s, const Isa isa, int threads, int repeats, bool baseline, double peak, double bw) {
   Row row;
   row.s = s;
-  reset_peak_rss();
-  const double rss0 = proc_status_mib("VmRSS:");
   std::mt19937 rng(42);
   std::normal_distribution<float> normal;
   std::vector<float> q(s.b * s.h * s.n_q * s.d), k(s.b * s.h_kv * s.n_kv * s.d), v(k.size()),
@@ -111,8 +113,10 @@ Row measure(const Shape& s, const Isa isa, int threads, int repeats, bool baseli
   const TensorView kv = TensorView::contiguous(k.data(), {s.b, s.h_kv, s.n_kv, s.d});
   const TensorView vv = TensorView::contiguous(v.data(), {s.b, s.h_kv, s.n_kv, s.d});
   const TensorView ov = TensorView::contiguous(o.data(), {s.b, s.h, s.n_q, s.d});
+  reset_peak_rss();
+  const double rss0 = proc_status_mib("VmRSS:");
   row.ms = time_ms(repeats, [&] { attention(qv, kv, vv, ov, opt); });
-  row.peak_mib = proc_status_mib("VmHWM:") - rss0;  // includes the inputs and outputs
+  row.extra_mib = std::max(0.0, proc_status_mib("VmHWM:") - rss0);
 
   double flop = 4.0 * s.b * s.h * s.n_q * s.n_kv * s.d;
   if (s.causal && s.n_q == s.n_kv) flop /= 2;
@@ -128,6 +132,7 @@ Row measure(const Shape& s, const Isa isa, int threads, int repeats, bool baseli
                                   static_cast<float>(1 / std::sqrt(double(s.d))), s.causal, threads, scratch);
     });
     row.speedup = row.blas_ms / row.ms;
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
   }
   return row;
 }
@@ -160,7 +165,7 @@ int run_bench(const std::string& which, std::vector<std::int64_t> ns, int thread
               lanes, t, m.fma_peak_gflops, m.read_bw_gbs);
 
   std::printf("%-8s %3s %3s %4s %6s %6s %4s %-6s %9s %8s %7s %8s %6s %9s %8s %9s %9s\n", "shape", "B", "H", "Hkv", "Nq",
-              "Nkv", "d", "causal", "ms", "GFLOP/s", "%peak", "GB/s", "%bw", "blas ms", "speedup", "io MiB", "peak MiB");
+              "Nkv", "d", "causal", "ms", "GFLOP/s", "%peak", "GB/s", "%bw", "blas ms", "speedup", "io MiB", "extra MiB");
   std::vector<Row> rows;
   for (const Shape& s : default_shapes(which, ns)) {
     const Row r = measure(s, isa, t, repeats, baseline, m.fma_peak_gflops, m.read_bw_gbs);
@@ -171,7 +176,7 @@ int run_bench(const std::string& which, std::vector<std::int64_t> ns, int thread
                 (long long)s.n_kv, (long long)s.d, s.causal ? "yes" : "no", r.ms, r.gflops, r.pct_peak,
                 dec ? fmt::format("{:.1f}", r.gbs).c_str() : "-", dec ? fmt::format("{:.1f}%", r.pct_bw).c_str() : "-",
                 baseline ? fmt::format("{:.2f}", r.blas_ms).c_str() : "-",
-                baseline ? fmt::format("{:.2f}x", r.speedup).c_str() : "-", r.io_mib, r.peak_mib);
+                baseline ? fmt::format("{:.2f}x", r.speedup).c_str() : "-", r.io_mib, r.extra_mib);
     std::fflush(stdout);
   }
 
@@ -186,7 +191,7 @@ int run_bench(const std::string& which, std::vector<std::int64_t> ns, int thread
          << ", \"causal\": " << (r.s.causal ? "true" : "false") << ", \"ms\": " << r.ms << ", \"gflops\": " << r.gflops
          << ", \"pct_peak\": " << r.pct_peak << ", \"kv_gbs\": " << r.gbs << ", \"pct_bw\": " << r.pct_bw;
       if (baseline) js << ", \"blas_ms\": " << r.blas_ms << ", \"speedup\": " << r.speedup;
-      js << ", \"io_mib\": " << r.io_mib << ", \"peak_mib\": " << r.peak_mib << "}" << (i + 1 < rows.size() ? "," : "")
+      js << ", \"io_mib\": " << r.io_mib << ", \"extra_mib\": " << r.extra_mib << "}" << (i + 1 < rows.size() ? "," : "")
          << "\n";
     }
     js << "  ]\n}\n";
