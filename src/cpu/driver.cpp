@@ -338,11 +338,18 @@ class Runner {
   // GB/s of one core's 33 GB/s), so the next tile's rows are requested while
   // this one is computed.
   void prefetch_tile(const Block& bl, std::int64_t t0, std::int64_t n) const {
+    if (n <= 0) return;
     for (const Operand* t : {&p_.k, &p_.v}) {
-      const std::int64_t bytes = (t == &p_.k ? p_.d : p_.dv) * static_cast<std::int64_t>(sizeof(float));
+      const std::int64_t row_bytes = (t == &p_.k ? p_.d : p_.dv) * static_cast<std::int64_t>(sizeof(float));
+      if (p_.kv_rows_strided(t0, n) && t->stride_n * static_cast<std::int64_t>(sizeof(float)) == row_bytes) {
+        // The tile is one contiguous run of bytes.
+        const char* base = reinterpret_cast<const char*>(p_.kv_row<const float>(*t, bl.b, bl.hk, t0));
+        for (std::int64_t off = 0; off < n * row_bytes; off += 64) __builtin_prefetch(base + off, 0, 3);
+        continue;
+      }
       for (std::int64_t j = 0; j < n; ++j) {
         const char* row = reinterpret_cast<const char*>(p_.kv_row<const float>(*t, bl.b, bl.hk, t0 + j));
-        for (std::int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(row + off, 0, 3);
+        for (std::int64_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(row + off, 0, 3);
       }
     }
   }
