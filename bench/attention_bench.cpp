@@ -98,7 +98,7 @@ void prefill_args(benchmark::internal::Benchmark* b) {
 
 }  // namespace
 
-#define SDPA_KERNEL(isa, ns, w, mr, br, bc)                                                         \
+#define SDPA_KERNEL(isa, ns, br, bc)                                                         \
   BENCHMARK_CAPTURE(BM_prefill, ns, sdpa::isa)->Apply(prefill_args);                                     \
   BENCHMARK_CAPTURE(BM_decode, ns, sdpa::isa)->ArgName("Nkv")->Arg(1024)->Arg(4096)->Arg(16384)->Unit(benchmark::kMillisecond)->UseRealTime();
 #include "cpu/kernels/kernels.def"

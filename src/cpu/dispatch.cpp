@@ -60,18 +60,15 @@ struct Table {
   KernelSet sets[8];
   int count = 0;
   Table() {
-#define SDPA_KERNEL(isa_, ns, w_, mr_, br_, bc_)                                            \
-  {                                                                                        \
-    KernelSet& ks = sets[count++];                                                         \
-    ks = KernelSet{};                                                                      \
-    ks.isa = isa_;                                                                         \
-    ks.name = #ns;                                                                         \
-    ks.w = w_;                                                                             \
-    ks.mr = mr_;                                                                           \
-    ks.nr = 2 * w_;                                                                        \
-    ks.br = br_;                                                                           \
-    ks.bc = bc_;                                                                           \
-    init_kernels_##ns(ks);                                                                 \
+#define SDPA_KERNEL(isa_, ns, br_, bc_) \
+  {                                     \
+    KernelSet& ks = sets[count++];      \
+    ks = KernelSet{};                   \
+    ks.isa = isa_;                      \
+    ks.name = #ns;                      \
+    ks.br = br_;                        \
+    ks.bc = bc_;                        \
+    init_kernels_##ns(ks);              \
   }
 #include "cpu/kernels/kernels.def"
 #undef SDPA_KERNEL
@@ -148,7 +145,7 @@ Isa parse_isa(const std::string& name) {
 
 std::vector<Isa> compiled_isas() {
   std::vector<Isa> out;
-#define SDPA_KERNEL(isa_, ns, w, mr, br, bc) out.push_back(isa_);
+#define SDPA_KERNEL(isa_, ns, br, bc) out.push_back(isa_);
 #include "cpu/kernels/kernels.def"
 #undef SDPA_KERNEL
   return out;

@@ -6,7 +6,7 @@
 
 namespace sdpa::cpu {
 
-#define SDPA_KERNEL(isa, ns, w, mr, br, bc) void init_kernels_##ns(KernelSet& ks);
+#define SDPA_KERNEL(isa, ns, br, bc) void init_kernels_##ns(KernelSet& ks);
 #include "cpu/kernels/kernels.def"
 #undef SDPA_KERNEL
 

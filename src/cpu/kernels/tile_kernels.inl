@@ -1,17 +1,19 @@
 // The microkernels, written once over the vector wrapper and stamped per ISA:
 // an ISA's translation unit opens namespace sdpa::cpu::<isa>, includes its
-// vec_<isa>.h (Vec, W, v* functions), defines MR, BR, BC and includes this
+// vec_<isa>.h (Vec, W, v* functions), defines MR and NV and includes this
 // file. Nothing here may name a std:: template: each ISA's copy must stay in
 // its own namespace, compiled with its own flags.
 //
 // Register blocking (S and PV alike): an MR x NR block of accumulators, NR =
-// 2*W columns, so each step loads 2 vectors of one operand, broadcasts MR
-// scalars of the other and issues 2*MR independent FMAs. With AVX2, MR = 6
-// gives 12 accumulators + 2 operands + 1 broadcast = 15 of the 16 ymm registers,
+// NV*W columns, so each step loads NV vectors of one operand, broadcasts MR
+// scalars of the other and issues NV*MR independent FMAs. With AVX2 (16 ymm),
+// MR = 6, NV = 2: 12 accumulators + 2 operands + 1 broadcast = 15 registers,
 // and 12 independent chains cover the FMA latency (4 cycles x 2 ports = 8 in
-// flight needed).
+// flight needed); each step costs 8 loads for 12 FMAs. With AVX-512 (32 zmm),
+// NV = 4: 24 accumulators + 4 + 1 = 29 registers, 10 loads for 24 FMAs, which
+// keeps the two 512-bit load ports from limiting the FMAs.
 
-inline constexpr int NR = 2 * W;
+inline constexpr int NR = NV * W;
 
 static inline int min_int(int a, int b) { return a < b ? a : b; }
 
@@ -19,24 +21,26 @@ static inline int min_int(int a, int b) { return a < b ? a : b; }
 
 template <int M>
 static inline void scores_block(const float* qs, int d, const float* kt, int bc_pad, float* s) {
-  Vec acc[M][2];
+  Vec acc[M][NV];
 #pragma GCC unroll 8
-  for (int m = 0; m < M; ++m) acc[m][0] = acc[m][1] = vzero();
+  for (int m = 0; m < M; ++m)
+#pragma GCC unroll 4
+    for (int x = 0; x < NV; ++x) acc[m][x] = vzero();
   for (int c = 0; c < d; ++c) {
-    const Vec b0 = vload(kt + static_cast<std::int64_t>(c) * bc_pad);
-    const Vec b1 = vload(kt + static_cast<std::int64_t>(c) * bc_pad + W);
+    Vec b[NV];
+#pragma GCC unroll 4
+    for (int x = 0; x < NV; ++x) b[x] = vload(kt + static_cast<std::int64_t>(c) * bc_pad + x * W);
 #pragma GCC unroll 8
     for (int m = 0; m < M; ++m) {
       const Vec a = vset(qs[m * d + c]);
-      acc[m][0] = vfma(a, b0, acc[m][0]);
-      acc[m][1] = vfma(a, b1, acc[m][1]);
+#pragma GCC unroll 4
+      for (int x = 0; x < NV; ++x) acc[m][x] = vfma(a, b[x], acc[m][x]);
     }
   }
 #pragma GCC unroll 8
-  for (int m = 0; m < M; ++m) {
-    vstore(s + m * bc_pad, acc[m][0]);
-    vstore(s + m * bc_pad + W, acc[m][1]);
-  }
+  for (int m = 0; m < M; ++m)
+#pragma GCC unroll 4
+    for (int x = 0; x < NV; ++x) vstore(s + m * bc_pad + x * W, acc[m][x]);
 }
 
 template <int M>
@@ -216,8 +220,8 @@ template <int M>
 static void pv_strip(const float* p, int p_stride, const float* const* v, int j0, int j1, int dv_pad, float* acc,
                      const float* alpha) {
   int c = 0;
-  for (; c + 2 * W <= dv_pad; c += 2 * W) pv_block<M, 2>(p, p_stride, v, c, j0, j1, acc + c, dv_pad, alpha);
-  if (c < dv_pad) pv_block<M, 1>(p, p_stride, v, c, j0, j1, acc + c, dv_pad, alpha);
+  for (; c + NV * W <= dv_pad; c += NV * W) pv_block<M, NV>(p, p_stride, v, c, j0, j1, acc + c, dv_pad, alpha);
+  for (; c < dv_pad; c += W) pv_block<M, 1>(p, p_stride, v, c, j0, j1, acc + c, dv_pad, alpha);
 }
 
 template <int M>
@@ -286,6 +290,9 @@ static void softcap(float* s, int rows, int bc_pad, float c) {
 // Fills a KernelSet with this ISA's kernels; pack_kt is left to the ISA file
 // (the generic one, or a faster one of its own).
 static void fill_kernel_set(KernelSet& ks) {
+  ks.w = W;
+  ks.mr = MR;
+  ks.nr = NR;
   ks.pack_kt = pack_kt_generic;
   ks.scores = scores;
   ks.scores_direct = scores_direct;

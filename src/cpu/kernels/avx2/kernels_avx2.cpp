@@ -7,6 +7,7 @@
 namespace sdpa::cpu::avx2 {
 
 inline constexpr int MR = 6;
+inline constexpr int NV = 2;
 
 #include "cpu/kernels/tile_kernels.inl"
 

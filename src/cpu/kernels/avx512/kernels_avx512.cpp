@@ -1,4 +1,4 @@
-// AVX-512F kernels (16 float lanes, 6x32 register blocks: 12 of the 32 zmm
+// AVX-512F kernels (16 float lanes, 6x64 register blocks: 24 of the 32 zmm
 // registers hold accumulators). This file alone is compiled with -mavx512f;
 // dispatch calls it only on CPUs (and OSes) that support it.
 #include "cpu/kernels/kernels.h"
@@ -7,6 +7,7 @@
 namespace sdpa::cpu::avx512 {
 
 inline constexpr int MR = 6;
+inline constexpr int NV = 4;
 
 #include "cpu/kernels/tile_kernels.inl"
 #include "cpu/kernels/pack_kt_avx2.inl"

@@ -6,6 +6,7 @@
 namespace sdpa::cpu::scalar {
 
 inline constexpr int MR = 4;
+inline constexpr int NV = 2;
 
 #include "cpu/kernels/tile_kernels.inl"
 
