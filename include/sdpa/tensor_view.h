@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <span>
 #include <string>
 
 namespace sdpa {
@@ -45,6 +46,8 @@ struct TensorView {
   // A C-order (row-major, packed) view. Inputs may be passed as const pointers;
   // the library never writes through a view given as an input.
   static TensorView contiguous(const void* data, DType dtype, std::initializer_list<std::int64_t> shape);
+  // The same for a shape known only at run time (rank 1..4).
+  static TensorView contiguous(const void* data, DType dtype, std::span<const std::int64_t> shape);
   static TensorView contiguous(const float* data, std::initializer_list<std::int64_t> shape) {
     return contiguous(data, DType::f32, shape);
   }

@@ -67,6 +67,10 @@ void accumulate_extent(std::int64_t extent, std::int64_t& count, const char* wha
 }  // namespace
 
 TensorView TensorView::contiguous(const void* data, DType dtype, std::initializer_list<std::int64_t> shape) {
+  return contiguous(data, dtype, std::span<const std::int64_t>(shape.begin(), shape.size()));
+}
+
+TensorView TensorView::contiguous(const void* data, DType dtype, std::span<const std::int64_t> shape) {
   const auto n = shape.size();
   if (n < 1 || n > static_cast<std::size_t>(kMaxRank)) {
     throw Error("shape", "rank 1.." + std::to_string(kMaxRank), "rank " + std::to_string(n));

@@ -648,14 +648,7 @@ TensorView NpyArray::view() {
     v.stride[0] = 1;
     return v;
   }
-  v.rank = static_cast<int>(shape.size());
-  std::int64_t stride = 1;
-  for (std::size_t i = shape.size(); i-- > 0;) {
-    v.shape[i] = shape[i];
-    v.stride[i] = stride;
-    stride *= shape[i];
-  }
-  return v;
+  return TensorView::contiguous(data.data(), dtype, shape);
 }
 
 // ---------------------------------------------------------------------------

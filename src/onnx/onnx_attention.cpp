@@ -145,20 +145,6 @@ std::int64_t count(const std::vector<std::int64_t>& shape, const char* name) {
   return n;
 }
 
-TensorView c_order_view(const void* data, DType dtype, const std::vector<std::int64_t>& shape) {
-  TensorView t;
-  t.data = const_cast<void*>(data);
-  t.dtype = dtype;
-  t.rank = static_cast<int>(shape.size());
-  std::int64_t s = 1;
-  for (int a = t.rank - 1; a >= 0; --a) {
-    t.shape[a] = shape[a];
-    t.stride[a] = s;
-    s *= shape[a];
-  }
-  return t;
-}
-
 // Copies src into dst (same shape, any strides, rank <= 4), converting the element type.
 void copy_view(const TensorView& src, const TensorView& dst) {
   std::int64_t n[4] = {1, 1, 1, 1}, ss[4] = {0, 0, 0, 0}, ds[4] = {0, 0, 0, 0};
@@ -201,7 +187,7 @@ Owned converted(const TensorView& src, DType dtype, const char* name) {
   Owned o;
   const std::vector<std::int64_t> shape = shape_of(src);
   o.bytes.resize(static_cast<std::size_t>(count(shape, name)) * dtype_size(dtype));
-  o.view = c_order_view(o.bytes.data(), dtype, shape);
+  o.view = TensorView::contiguous(o.bytes.data(), dtype, shape);
   copy_view(src, o.view);
   return o;
 }
@@ -470,7 +456,7 @@ std::int64_t Tensor::numel() const {
   return n;
 }
 
-TensorView Tensor::view() const { return c_order_view(data.data(), dtype, shape); }
+TensorView Tensor::view() const { return TensorView::contiguous(data.data(), dtype, shape); }
 
 void attention(const AttentionInputs& in, const AttentionAttributes& attr, AttentionOutputs& out, bool reference) {
   check_attributes(attr);
@@ -550,7 +536,7 @@ void attention(const AttentionInputs& in, const AttentionAttributes& attr, Atten
       std::vector<std::int64_t> shape = shape_of(m);
       shape.back() = s.t;
       mask_keep.bytes.resize(static_cast<std::size_t>(count(shape, "attn_mask")) * dtype_size(type));
-      mask_keep.view = c_order_view(mask_keep.bytes.data(), type, shape);
+      mask_keep.view = TensorView::contiguous(mask_keep.bytes.data(), type, shape);
       const double pad = type == DType::boolean ? 0.0 : -std::numeric_limits<double>::infinity();
       const std::size_t es = dtype_size(type);
       std::byte pad_bytes[8];
