@@ -1,11 +1,40 @@
 # The explorer behind `sdpa serve` and `sdpa stats`: its dependencies and the
 # page (web/) embedded into the binary at build time. Included from
 # apps/sdpa/CMakeLists.txt after sdpa_cli is defined.
-find_package(nlohmann_json 3 REQUIRED GLOBAL)
-find_package(PkgConfig REQUIRED)
-# Debian's cpp-httplib is a compiled library; its pkg-config file carries the
-# feature macros the header must be compiled with.
-pkg_check_modules(SDPA_HTTPLIB REQUIRED IMPORTED_TARGET GLOBAL cpp-httplib)
+#
+#   nlohmann-json           sdpa stats, and the explorer's JSON API
+#   + cpp-httplib           sdpa serve
+# A part whose packages are missing is replaced by a command that says how to
+# get it (explorer_missing.cpp).
+find_package(nlohmann_json 3 QUIET GLOBAL)
+find_package(PkgConfig QUIET)
+if(PkgConfig_FOUND)
+  # Debian's cpp-httplib is a compiled library; its pkg-config file carries the
+  # feature macros the header must be compiled with.
+  pkg_check_modules(SDPA_HTTPLIB QUIET IMPORTED_TARGET GLOBAL cpp-httplib)
+endif()
+
+set(_sdpa_have_stats ${nlohmann_json_FOUND})
+if(nlohmann_json_FOUND AND SDPA_HTTPLIB_FOUND)
+  set(_sdpa_have_serve TRUE)
+else()
+  set(_sdpa_have_serve FALSE)
+endif()
+
+if(NOT _sdpa_have_stats)
+  message(STATUS "sdpa serve and sdpa stats skipped: need nlohmann-json and cpp-httplib "
+                 "(apt-get install nlohmann-json3-dev libcpp-httplib-dev)")
+elseif(NOT _sdpa_have_serve)
+  message(STATUS "sdpa serve skipped: needs cpp-httplib (apt-get install libcpp-httplib-dev)")
+endif()
+if(NOT _sdpa_have_stats OR NOT _sdpa_have_serve)
+  target_sources(sdpa_cli PRIVATE ${CMAKE_CURRENT_LIST_DIR}/explorer_missing.cpp)
+  target_compile_definitions(sdpa_cli PRIVATE
+    SDPA_HAVE_STATS=$<BOOL:${_sdpa_have_stats}> SDPA_HAVE_SERVE=$<BOOL:${_sdpa_have_serve}>)
+endif()
+if(NOT _sdpa_have_stats)
+  return()
+endif()
 
 set(SDPA_WEB_DIR ${PROJECT_SOURCE_DIR}/web)
 set(SDPA_WEB_FILES index.html style.css app.js favicon.svg)
@@ -21,11 +50,14 @@ add_custom_command(
   COMMENT "Embedding the explorer page (web/)"
   VERBATIM)
 
-# The embedded page plus everything explorer_api.cpp, serve.cpp and stats.cpp
-# need; the explorer tests link it too (their explorer_api.cpp comes from
-# tests/browser/browser.cmake).
-add_library(sdpa_explorer STATIC ${SDPA_WEB_ASSETS_CPP})
+# The explorer's JSON API and the embedded page; `sdpa stats`, `sdpa serve` and
+# the explorer tests link it.
+add_library(sdpa_explorer STATIC ${CMAKE_CURRENT_LIST_DIR}/explorer_api.cpp ${SDPA_WEB_ASSETS_CPP})
 target_include_directories(sdpa_explorer PUBLIC ${CMAKE_CURRENT_LIST_DIR})
-target_link_libraries(sdpa_explorer PUBLIC sdpa::sdpa nlohmann_json::nlohmann_json PkgConfig::SDPA_HTTPLIB
-                                           Threads::Threads)
+target_link_libraries(sdpa_explorer PUBLIC sdpa::internal nlohmann_json::nlohmann_json Threads::Threads)
 target_link_libraries(sdpa_cli PRIVATE sdpa_explorer)
+target_sources(sdpa_cli PRIVATE ${CMAKE_CURRENT_LIST_DIR}/stats.cpp)
+if(_sdpa_have_serve)
+  target_sources(sdpa_cli PRIVATE ${CMAKE_CURRENT_LIST_DIR}/serve.cpp)
+  target_link_libraries(sdpa_cli PRIVATE PkgConfig::SDPA_HTTPLIB)
+endif()

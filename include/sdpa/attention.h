@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "sdpa/error.h"
+#include "sdpa/export.h"
 #include "sdpa/options.h"
 #include "sdpa/tensor_view.h"
 
@@ -22,25 +23,25 @@ namespace sdpa {
 
 // The fast path: tiled, online softmax, O(N·d) memory. Q, K, V, O (and lse,
 // probs) are float32.
-void attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
+SDPA_API void attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
                const Options& opt = {});
 
 // The float64 oracle: plain loops that materialise the scores and accumulate in
 // double. Inputs may be float32 or float64; outputs float32 or float64.
 // Slow (O(Nq·Nkv) memory per row block) and obviously right: tests compare the
 // fast path against it.
-void reference_attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
+SDPA_API void reference_attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
                          const Options& opt = {});
 
 // "scalar", "avx2", ... ("automatic" for Isa::automatic).
-const char* isa_name(Isa isa);
+SDPA_API const char* isa_name(Isa isa);
 // Parses "auto"/"automatic", "scalar", "avx2", "avx512", "neon"; throws sdpa::Error otherwise.
-Isa parse_isa(const std::string& name);
+SDPA_API Isa parse_isa(const std::string& name);
 // Whether this CPU and OS can run the kernels of `isa`.
-bool isa_supported(Isa isa);
+SDPA_API bool isa_supported(Isa isa);
 // The ISA Isa::automatic resolves to (honouring SDPA_ISA).
-Isa resolve_isa(Isa isa);
+SDPA_API Isa resolve_isa(Isa isa);
 // Every ISA with a kernel in this build, best last.
-std::vector<Isa> compiled_isas();
+SDPA_API std::vector<Isa> compiled_isas();
 
 }  // namespace sdpa

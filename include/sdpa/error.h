@@ -7,9 +7,11 @@
 #include <stdexcept>
 #include <string>
 
+#include "sdpa/export.h"
+
 namespace sdpa {
 
-class Error : public std::runtime_error {
+class SDPA_API Error : public std::runtime_error {
  public:
   Error(std::string arg, std::string expected, std::string got)
       : std::runtime_error(arg + ": expected " + expected + ", got " + got),

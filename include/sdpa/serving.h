@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "sdpa/export.h"
 #include "sdpa/options.h"
 #include "sdpa/tensor_view.h"
 
@@ -21,7 +22,7 @@ namespace sdpa {
 // Causal, window and ALiBi are aligned per sequence (bottom-right unless
 // opt.align says top_left); opt.lse, if set, is [H, total_q]. Explicit masks,
 // probs, scores, position_offsets and key_lengths are not available here.
-void attention_varlen(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
+SDPA_API void attention_varlen(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
                       const TensorView& cu_seqlens_q, const TensorView& cu_seqlens_k, const Options& opt = {},
                       std::int64_t max_seqlen_q = -1, std::int64_t max_seqlen_k = -1, bool reference = false);
 
@@ -35,7 +36,7 @@ void attention_varlen(const TensorView& q, const TensorView& k, const TensorView
 // The queries then attend to the first cache_seqlens[b] + n_new keys, aligned
 // bottom-right per sequence (query Nq-1 sits at the last key). A call that
 // would overflow the capacity, or is otherwise bad, throws before anything is written.
-void attention_kvcache(const TensorView& q, const TensorView& k_cache, const TensorView& v_cache,
+SDPA_API void attention_kvcache(const TensorView& q, const TensorView& k_cache, const TensorView& v_cache,
                        const TensorView& cache_seqlens, const TensorView& k_new, const TensorView& v_new,
                        const TensorView& o, const Options& opt = {}, bool reference = false);
 
@@ -44,7 +45,7 @@ void attention_kvcache(const TensorView& q, const TensorView& k_cache, const Ten
 //   k_pages [num_pages, page_size, Hkv, d]   v_pages [num_pages, page_size, Hkv, dv]  (any page_size >= 1)
 //   block_table: int32 or int64 [B, max_pages]: key j of sequence b is row j % page_size of page
 //     block_table[b, j / page_size]; every entry a sequence uses must be in [0, num_pages).
-void attention_paged(const TensorView& q, const TensorView& k_pages, const TensorView& v_pages,
+SDPA_API void attention_paged(const TensorView& q, const TensorView& k_pages, const TensorView& v_pages,
                      const TensorView& block_table, const TensorView& cache_seqlens, const TensorView& k_new,
                      const TensorView& v_new, const TensorView& o, const Options& opt = {}, bool reference = false);
 

@@ -19,18 +19,20 @@
 #include <span>
 #include <string>
 
+#include "sdpa/export.h"
+
 namespace sdpa {
 
 enum class DType : std::uint8_t { f32, f64, f16, bf16, boolean, i32, i64 };
 
 // Size of one element in bytes.
-std::size_t dtype_size(DType t);
+SDPA_API std::size_t dtype_size(DType t);
 // "float32", "float64", "float16", "bfloat16", "bool", "int32", "int64".
-const char* dtype_name(DType t);
+SDPA_API const char* dtype_name(DType t);
 
 inline constexpr int kMaxRank = 4;
 
-struct TensorView {
+struct SDPA_API TensorView {
   void* data = nullptr;
   DType dtype = DType::f32;
   int rank = 0;

@@ -1,32 +1,21 @@
 # Explorer tests, included from tests/CMakeLists.txt.
 #
-# 1. explorer_api_test (globbed there like every *_test.cpp) also needs the
-#    explorer's sources and dependencies; they are attached once the test
-#    target exists, wherever this file is included.
-# 2. browser_explorer: `sdpa serve` driven by headless Chromium through
-#    Selenium (tests/browser/explorer_test.py). Added only where a Python with
-#    Selenium and chromedriver are found, e.g. on Debian:
-#      apt-get install -y chromium chromium-driver python3-selenium
+# browser_explorer: `sdpa serve` driven by headless Chromium through Selenium
+# (tests/browser/explorer_test.py). Added only where `sdpa serve` is built and
+# a Python with Selenium and chromedriver are found, e.g. on Debian:
+#   apt-get install -y chromium chromium-driver python3-selenium
 
-function(_sdpa_explorer_api_test)
-  if(TARGET explorer_api_test AND TARGET sdpa_explorer)
-    target_sources(explorer_api_test PRIVATE ${PROJECT_SOURCE_DIR}/apps/sdpa/explorer_api.cpp)
-    target_link_libraries(explorer_api_test PRIVATE sdpa_explorer)
-  elseif(TARGET explorer_api_test)
-    message(WARNING "explorer_api_test needs apps/sdpa/explorer.cmake (sdpa_explorer); "
-                    "add include(\${CMAKE_CURRENT_SOURCE_DIR}/explorer.cmake) to apps/sdpa/CMakeLists.txt")
-  endif()
-endfunction()
-cmake_language(DEFER CALL _sdpa_explorer_api_test)
-
-# A Python that can import selenium: SDPA_BROWSER_PYTHON, or the first python3
-# on PATH that can (a virtual environment may come first without it).
+# A Python that can import selenium: SDPA_BROWSER_PYTHON, else SDPA_TEST_PYTHON
+# (.venv sees Debian's python3-selenium), else the first python3 on PATH that can.
 set(SDPA_BROWSER_PYTHON "" CACHE FILEPATH "Python with Selenium for the browser test (empty: search PATH)")
 set(_sdpa_browser_python "")
 if(SDPA_BROWSER_PYTHON)
   set(_sdpa_candidates "${SDPA_BROWSER_PYTHON}")
 else()
   set(_sdpa_candidates "")
+  if(SDPA_TEST_PYTHON)
+    list(APPEND _sdpa_candidates "${SDPA_TEST_PYTHON}")
+  endif()
   string(REPLACE ":" ";" _sdpa_path "$ENV{PATH}")
   foreach(dir IN LISTS _sdpa_path)
     if(dir AND EXISTS "${dir}/python3" AND NOT IS_DIRECTORY "${dir}/python3")
@@ -43,7 +32,9 @@ foreach(candidate IN LISTS _sdpa_candidates)
 endforeach()
 find_program(SDPA_CHROMEDRIVER chromedriver)
 
-if(NOT _sdpa_browser_python)
+if(NOT TARGET sdpa_explorer OR NOT TARGET PkgConfig::SDPA_HTTPLIB)
+  message(STATUS "browser test skipped: sdpa serve is not built")
+elseif(NOT _sdpa_browser_python)
   message(STATUS "browser test skipped: no python3 that can `import selenium` (apt-get install python3-selenium)")
 elseif(NOT SDPA_CHROMEDRIVER)
   message(STATUS "browser test skipped: chromedriver not found (apt-get install chromium chromium-driver)")
@@ -53,5 +44,5 @@ else()
            COMMAND "${_sdpa_browser_python}" ${CMAKE_CURRENT_LIST_DIR}/explorer_test.py
                    --sdpa $<TARGET_FILE:sdpa_cli> --chromedriver "${SDPA_CHROMEDRIVER}"
                    --screenshot ${CMAKE_CURRENT_BINARY_DIR}/browser/explorer.png)
-  set_tests_properties(browser_explorer PROPERTIES TIMEOUT 60)
+  set_tests_properties(browser_explorer PROPERTIES TIMEOUT 60 LABELS "cli;browser")
 endif()
