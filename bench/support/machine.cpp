@@ -6,7 +6,9 @@
 // stay busy and the loop runs at the issue rate, which is the peak. a and b
 // come from volatile globals and the accumulators are summed into a volatile
 // sink, so the compiler can neither fold nor drop the loop. FLOPs are counted
-// as 2 per lane per FMA.
+// as 2 per lane per FMA. The chain is as wide as the kernels of the ISA asked
+// for (kernels.def's W), and runs only where sdpa::isa_supported says the CPU
+// and OS can run that ISA: the library's one detector (CPUID and XGETBV).
 //
 // Read bandwidth: each thread first writes its own slice of a 512 MiB buffer
 // (so its pages are really allocated, and on the thread's own NUMA node),
