@@ -1,24 +1,31 @@
-// Google Benchmark programs: sdpa's forward pass per ISA, with FLOP/s and the
-// fraction of the FMA peak measured by bench/support in the same run, and the
-// OpenBLAS baseline. Run: build/bench/attention_bench --benchmark_counters_tabular=true
+// Google Benchmark programs: sdpa's forward pass per kernel set, with FLOP/s
+// and the fraction of that ISA's FMA peak measured by bench/support in the same
+// run, and the OpenBLAS baseline (when built; see bench/support/CMakeLists.txt).
+// Run: build/bench/attention_bench --benchmark_counters_tabular=true
 #include <benchmark/benchmark.h>
 
 #include <cmath>
+#include <map>
 #include <random>
 #include <thread>
 #include <vector>
 
 #include "sdpa/attention.h"
-#include "support/blas_baseline.h"
 #include "support/machine.h"
+#if SDPA_HAVE_BLAS_BASELINE
+#include "support/blas_baseline.h"
+#endif
 
 namespace {
 
 int threads() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
 
-double measured_fma_peak() {
-  static const double peak = sdpa::bench::measure_fma_peak_gflops(threads()) * 1e9;
-  return peak;
+// GFLOP/s of `isa`'s vector width, measured once per ISA and run.
+double measured_fma_peak(sdpa::Isa isa) {
+  static std::map<sdpa::Isa, double> peaks;
+  auto it = peaks.find(isa);
+  if (it == peaks.end()) it = peaks.emplace(isa, sdpa::bench::fma_peak_gflops(isa, threads())).first;
+  return it->second;
 }
 
 double measured_bandwidth() {
@@ -47,9 +54,14 @@ struct Buffers {
   }
 };
 
-void set_flop_counters(benchmark::State& st, double flop) {
+// %peak against the FMA peak of `isa`: the ISA whose kernels ran (for the
+// BLAS baseline, the best this CPU has, which OpenBLAS uses too). The rate
+// counter divides flop * iterations by the time, so percent_of_peak's
+// 100 / peak is applied to the FLOPs per iteration.
+void set_flop_counters(benchmark::State& st, double flop, sdpa::Isa isa) {
   st.counters["flop/s"] = benchmark::Counter(flop, benchmark::Counter::kIsIterationInvariantRate);
-  st.counters["%peak"] = benchmark::Counter(flop * 100 / measured_fma_peak(), benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["%peak"] = benchmark::Counter(sdpa::bench::percent_of_peak(flop, measured_fma_peak(isa) * 1e9),
+                                            benchmark::Counter::kIsIterationInvariantRate);
 }
 
 // Args: N, d, causal. FLOPs = 4·H·N²·d, halved when causal.
@@ -61,9 +73,9 @@ void BM_prefill(benchmark::State& st, sdpa::Isa isa) {
   const std::int64_t n = st.range(0), d = st.range(1);
   const bool causal = st.range(2) != 0;
   Buffers buf(8, 8, n, n, d);
-  measured_fma_peak();
+  measured_fma_peak(isa);
   for (auto _ : st) buf.run(isa, causal);
-  set_flop_counters(st, 4.0 * 8 * n * n * d * (causal ? 0.5 : 1.0));
+  set_flop_counters(st, 4.0 * 8 * n * n * d * (causal ? 0.5 : 1.0), isa);
 }
 
 // Args: Nkv. Decode: Hq = 32, Hkv = 8, Nq = 1, d = 128: bytes of K and V read per second.
@@ -81,15 +93,20 @@ void BM_decode(benchmark::State& st, sdpa::Isa isa) {
 }
 
 void BM_blas_baseline(benchmark::State& st) {
+#if SDPA_HAVE_BLAS_BASELINE
   const std::int64_t n = st.range(0), d = st.range(1);
   const bool causal = st.range(2) != 0;
   Buffers buf(8, 8, n, n, d);
   std::vector<float> scratch;
-  measured_fma_peak();
+  const sdpa::Isa best = sdpa::resolve_isa(sdpa::Isa::automatic);
+  measured_fma_peak(best);
   for (auto _ : st)
     sdpa::bench::blas_attention(buf.q.data(), buf.k.data(), buf.v.data(), buf.o.data(), 1, 8, 8, n, n, d, d,
                                 static_cast<float>(1 / std::sqrt(double(d))), causal, threads(), scratch);
-  set_flop_counters(st, 4.0 * 8 * n * n * d * (causal ? 0.5 : 1.0));
+  set_flop_counters(st, 4.0 * 8 * n * n * d * (causal ? 0.5 : 1.0), best);
+#else
+  st.SkipWithError("OpenBLAS baseline not built: apt-get install libopenblas-dev, then re-run cmake");
+#endif
 }
 
 void prefill_args(benchmark::internal::Benchmark* b) {
@@ -98,9 +115,15 @@ void prefill_args(benchmark::internal::Benchmark* b) {
 
 }  // namespace
 
-#define SDPA_KERNEL(isa, ns, br, bc)                                                         \
-  BENCHMARK_CAPTURE(BM_prefill, ns, sdpa::isa)->Apply(prefill_args);                                     \
-  BENCHMARK_CAPTURE(BM_decode, ns, sdpa::isa)->ArgName("Nkv")->Arg(1024)->Arg(4096)->Arg(16384)->Unit(benchmark::kMillisecond)->UseRealTime();
+#define SDPA_KERNEL(isa, name, ns, w, mr, nv, br, bc)                \
+  BENCHMARK_CAPTURE(BM_prefill, name, sdpa::isa)->Apply(prefill_args); \
+  BENCHMARK_CAPTURE(BM_decode, name, sdpa::isa)                        \
+      ->ArgName("Nkv")                                                 \
+      ->Arg(1024)                                                      \
+      ->Arg(4096)                                                      \
+      ->Arg(16384)                                                     \
+      ->Unit(benchmark::kMillisecond)                                  \
+      ->UseRealTime();
 #include "cpu/kernels/kernels.def"
 #undef SDPA_KERNEL
 BENCHMARK(BM_blas_baseline)->Apply(prefill_args);

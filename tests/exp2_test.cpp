@@ -50,8 +50,8 @@ TEST_P(Exp2, at_most_2_ulp_over_the_range_used) {
     const double e = ulp_error(y[i], std::exp2(static_cast<double>(x[i])));
     if (e > worst) worst = e, worst_x = x[i];
   }
-  std::printf("[ %s ] exp2 over %zu points of [-126, 0]: max error %.3f ulp at x = %.9g\n", isa_name(GetParam()),
-              x.size(), worst, worst_x);
+  std::printf("[ %s ] exp2 over %zu points of [-126, 0]: max error %.3f ulp at x = %.9g\n", ks.name, x.size(), worst,
+              worst_x);
   EXPECT_LE(worst, 2.0) << "at x = " << worst_x;
   float one[1] = {0.0f}, r[1];
   ks.exp2(one, r, 1);

@@ -11,9 +11,15 @@
 // rose above that while sdpa ran (reset through /proc/self/clear_refs once the
 // buffers are allocated and touched): sdpa's own workspace and partials.
 //
+// %peak is against the FMA peak of the ISA whose kernels run (AVX-512 kernels
+// against the 16-lane peak), as in bench/attention_bench: both use
+// bench/support's fma_peak_gflops and percent_of_peak.
+//
 // OpenBLAS's worker threads spin for a while after each call; on 2 cores they
 // would steal time from the next sdpa measurement, so the baseline runs after
 // sdpa for each shape and is followed by a pause that lets them go to sleep.
+// The baseline exists only when OpenBLAS was found at configure time
+// (SDPA_HAVE_BLAS_BASELINE), --json only with nlohmann-json (SDPA_HAVE_JSON).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -22,16 +28,21 @@
 #include <cstdio>
 #include <fstream>
 #include <random>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "commands.h"
+#include "cpu/dispatch.h"
 #include "io/npy.h"
 #include "sdpa/attention.h"
-#include "support/blas_baseline.h"
 #include "support/machine.h"
+#if SDPA_HAVE_BLAS_BASELINE
+#include "support/blas_baseline.h"
+#endif
+#if SDPA_HAVE_JSON
+#include <nlohmann/json.hpp>
+#endif
 
 namespace sdpa::cli {
 namespace {
@@ -121,10 +132,11 @@ Row measure(const Shape& s, const Isa isa, int threads, int repeats, bool baseli
   double flop = 4.0 * s.b * s.h * s.n_q * s.n_kv * s.d;
   if (s.causal && s.n_q == s.n_kv) flop /= 2;
   row.gflops = flop / row.ms / 1e6;
-  row.pct_peak = 100 * row.gflops / peak;
+  row.pct_peak = sdpa::bench::percent_of_peak(row.gflops, peak);
   const double kv_bytes = 2.0 * s.b * s.h_kv * s.n_kv * s.d * 4;
   row.gbs = kv_bytes / row.ms / 1e6;
   row.pct_bw = 100 * row.gbs / bw;
+#if SDPA_HAVE_BLAS_BASELINE
   if (baseline) {
     std::vector<float> scratch, ob(o.size());
     row.blas_ms = time_ms(repeats, [&] {
@@ -134,6 +146,9 @@ Row measure(const Shape& s, const Isa isa, int threads, int repeats, bool baseli
     row.speedup = row.blas_ms / row.ms;
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
   }
+#else
+  (void)baseline;
+#endif
   return row;
 }
 
@@ -150,25 +165,33 @@ int run_bench(const std::string& which, std::vector<std::int64_t> ns, int thread
     throw UsageError(std::string("--isa: ") + e.what());
   }
   isa = resolve_isa(isa);
-  const int t = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+#if !SDPA_HAVE_JSON
+  if (!json_path.empty())
+    throw UsageError("--json: this sdpa was built without nlohmann-json; apt-get install nlohmann-json3-dev, then "
+                     "re-run cmake and rebuild");
+#endif
+#if !SDPA_HAVE_BLAS_BASELINE
+  if (baseline)
+    std::printf("baseline: the OpenBLAS baseline was not built; apt-get install libopenblas-dev, then re-run cmake and "
+                "rebuild\n");
+  baseline = false;
+#endif
+  const int t = sdpa::bench::resolve_threads(threads);
   std::sort(ns.begin(), ns.end());
 
-  std::printf("machine: %u hardware threads; measuring with %d thread%s, isa %s\n", std::thread::hardware_concurrency(),
-              t, t == 1 ? "" : "s", isa_name(isa));
-  // The peak of the vector width the kernels use: AVX-512 kernels are held to the AVX-512 FMA peak.
-  sdpa::bench::MachineCeilings m;
-  m.threads = t;
-  const int lanes = isa == Isa::avx512 ? 16 : isa == Isa::avx2 ? 8 : 1;
-  m.fma_peak_gflops = sdpa::bench::measure_fma_peak_gflops_lanes(t, lanes);
-  m.read_bw_gbs = sdpa::bench::measure_read_bandwidth_gbs(t);
+  std::printf("machine: %u hardware threads; measuring with %d thread%s, isa %s (kernels %s)\n",
+              std::thread::hardware_concurrency(), t, t == 1 ? "" : "s", isa_name(isa), cpu::kernels_for(isa).name);
+  const int lanes = sdpa::bench::fma_lanes(isa);
+  const double peak_gflops = sdpa::bench::fma_peak_gflops(isa, t);
+  const double read_bw_gbs = sdpa::bench::measure_read_bandwidth_gbs(t);
   std::printf("FMA peak (float32, %d-lane FMA chains, %d threads): %.1f GFLOP/s    DRAM read bandwidth: %.1f GB/s\n\n",
-              lanes, t, m.fma_peak_gflops, m.read_bw_gbs);
+              lanes, t, peak_gflops, read_bw_gbs);
 
   std::printf("%-8s %3s %3s %4s %6s %6s %4s %-6s %9s %8s %7s %8s %6s %9s %8s %9s %9s\n", "shape", "B", "H", "Hkv", "Nq",
               "Nkv", "d", "causal", "ms", "GFLOP/s", "%peak", "GB/s", "%bw", "blas ms", "speedup", "io MiB", "extra MiB");
   std::vector<Row> rows;
   for (const Shape& s : default_shapes(which, ns)) {
-    const Row r = measure(s, isa, t, repeats, baseline, m.fma_peak_gflops, m.read_bw_gbs);
+    const Row r = measure(s, isa, t, repeats, baseline, peak_gflops, read_bw_gbs);
     rows.push_back(r);
     const bool dec = s.kind == "decode";
     std::printf("%-8s %3lld %3lld %4lld %6lld %6lld %4lld %-6s %9.2f %8.1f %6.1f%% %8s %6s %9s %8s %9.1f %9.1f\n",
@@ -180,25 +203,43 @@ int run_bench(const std::string& which, std::vector<std::int64_t> ns, int thread
     std::fflush(stdout);
   }
 
+#if SDPA_HAVE_JSON
   if (!json_path.empty()) {
-    std::ostringstream js;
-    js << "{\n  \"threads\": " << t << ", \"isa\": \"" << isa_name(isa) << "\", \"fma_peak_gflops\": "
-       << m.fma_peak_gflops << ", \"read_bw_gbs\": " << m.read_bw_gbs << ",\n  \"shapes\": [\n";
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      const Row& r = rows[i];
-      js << "    {\"kind\": \"" << r.s.kind << "\", \"B\": " << r.s.b << ", \"H\": " << r.s.h << ", \"Hkv\": " << r.s.h_kv
-         << ", \"Nq\": " << r.s.n_q << ", \"Nkv\": " << r.s.n_kv << ", \"d\": " << r.s.d
-         << ", \"causal\": " << (r.s.causal ? "true" : "false") << ", \"ms\": " << r.ms << ", \"gflops\": " << r.gflops
-         << ", \"pct_peak\": " << r.pct_peak << ", \"kv_gbs\": " << r.gbs << ", \"pct_bw\": " << r.pct_bw;
-      if (baseline) js << ", \"blas_ms\": " << r.blas_ms << ", \"speedup\": " << r.speedup;
-      js << ", \"io_mib\": " << r.io_mib << ", \"extra_mib\": " << r.extra_mib << "}" << (i + 1 < rows.size() ? "," : "")
-         << "\n";
+    // ordered_json keeps the keys in the order written here.
+    nlohmann::ordered_json js;
+    js["threads"] = t;
+    js["isa"] = isa_name(isa);
+    js["fma_peak_gflops"] = peak_gflops;
+    js["read_bw_gbs"] = read_bw_gbs;
+    nlohmann::ordered_json& shapes = js["shapes"] = nlohmann::ordered_json::array();
+    for (const Row& r : rows) {
+      nlohmann::ordered_json x;
+      x["kind"] = r.s.kind;
+      x["B"] = r.s.b;
+      x["H"] = r.s.h;
+      x["Hkv"] = r.s.h_kv;
+      x["Nq"] = r.s.n_q;
+      x["Nkv"] = r.s.n_kv;
+      x["d"] = r.s.d;
+      x["causal"] = r.s.causal;
+      x["ms"] = r.ms;
+      x["gflops"] = r.gflops;
+      x["pct_peak"] = r.pct_peak;
+      x["kv_gbs"] = r.gbs;
+      x["pct_bw"] = r.pct_bw;
+      if (baseline) {
+        x["blas_ms"] = r.blas_ms;
+        x["speedup"] = r.speedup;
+      }
+      x["io_mib"] = r.io_mib;
+      x["extra_mib"] = r.extra_mib;
+      shapes.push_back(std::move(x));
     }
-    js << "  ]\n}\n";
-    const std::string text = js.str();
+    const std::string text = js.dump(2) + "\n";
     io::write_file_atomic(json_path, text.data(), text.size());
     std::printf("\nwrote %s\n", json_path.c_str());
   }
+#endif
   return kExitOk;
 }
 

@@ -6,7 +6,9 @@
 // stay busy and the loop runs at the issue rate, which is the peak. a and b
 // come from volatile globals and the accumulators are summed into a volatile
 // sink, so the compiler can neither fold nor drop the loop. FLOPs are counted
-// as 2 per lane per FMA.
+// as 2 per lane per FMA. The chain is as wide as the kernels of the ISA asked
+// for (kernels.def's W), and runs only where sdpa::isa_supported says the CPU
+// and OS can run that ISA: the library's one detector (CPUID and XGETBV).
 //
 // Read bandwidth: each thread first writes its own slice of a 512 MiB buffer
 // (so its pages are really allocated, and on the thread's own NUMA node),
@@ -29,8 +31,11 @@
 #include <limits>
 #include <memory>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
+
+#include "sdpa/attention.h"
 
 namespace sdpa::bench {
 
@@ -60,11 +65,6 @@ constexpr int kBandwidthRounds = 5;
 volatile float g_chain_a = 0.999999f;
 volatile float g_chain_b = 1.0e-6f;
 volatile float g_sink = 0.0f;
-
-int resolve_threads(int threads) {
-  if (threads > 0) return threads;
-  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-}
 
 // Runs setup(t) once on every thread t, then `rounds` rounds of work(t); each
 // round starts when all threads have reached the start barrier and ends when
@@ -146,34 +146,29 @@ float sum_slice(const float* p, std::size_t n) {
 
 }  // namespace
 
-bool cpu_has_avx2_fma() {
-#if defined(__x86_64__) || defined(__i386__)
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-  return false;
-#endif
+int resolve_threads(int threads) {
+  if (threads > 0) return threads;
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
-bool cpu_has_avx512f() {
-#if defined(__x86_64__) || defined(__i386__)
-  return __builtin_cpu_supports("avx512f");
-#else
-  return false;
-#endif
+int fma_lanes(Isa isa) {
+#define SDPA_KERNEL(isa_, name, ns, w, mr, nv, br, bc) \
+  if (isa == isa_) return w;
+#include "cpu/kernels/kernels.def"
+#undef SDPA_KERNEL
+  throw std::invalid_argument(std::string("fma_lanes: no kernels for ") + isa_name(isa) + " in this build");
 }
 
-double measure_fma_peak_gflops_isa(int threads, bool avx2) {
-  return measure_fma_peak_gflops_lanes(threads, avx2 ? 8 : 1);
-}
+double percent_of_peak(double achieved, double peak) { return peak > 0 ? 100.0 * achieved / peak : 0.0; }
 
-double measure_fma_peak_gflops_lanes(int threads, int lanes) {
+double fma_peak_gflops(Isa isa, int threads) {
   threads = resolve_threads(threads);
+  const int lanes = fma_lanes(isa);
+  if (!isa_supported(isa))
+    throw std::invalid_argument(std::string("fma_peak_gflops: the CPU lacks ") + isa_name(isa));
   const bool avx2 = lanes == 8, avx512 = lanes == 16;
-  if (lanes != 1 && !avx2 && !avx512) throw std::invalid_argument("measure_fma_peak_gflops_lanes: lanes must be 1, 8 or 16");
-  if (avx2 && !cpu_has_avx2_fma()) {
-    throw std::invalid_argument("measure_fma_peak_gflops_isa: the CPU lacks AVX2+FMA");
-  }
-  if (avx512 && !cpu_has_avx512f()) throw std::invalid_argument("measure_fma_peak_gflops_lanes: the CPU lacks AVX-512F");
+  if (lanes != 1 && !avx2 && !avx512)
+    throw std::invalid_argument("fma_peak_gflops: no FMA chain of " + std::to_string(lanes) + " lanes");
   // Same number of FMA instructions at every width: the loop's time is what is compared.
   const std::int64_t steps = lanes == 1 ? kScalarSteps : kAvx2Steps;
   const double flops_per_step = 2.0 * lanes * kChains;
@@ -196,10 +191,6 @@ double measure_fma_peak_gflops_lanes(int threads, int lanes) {
   g_sink = sink;
   const double flops = flops_per_step * static_cast<double>(steps) * threads;
   return flops / seconds * 1e-9;
-}
-
-double measure_fma_peak_gflops(int threads) {
-  return measure_fma_peak_gflops_isa(threads, cpu_has_avx2_fma());
 }
 
 double measure_read_bandwidth_gbs(int threads) {
@@ -229,15 +220,6 @@ double measure_read_bandwidth_gbs(int threads) {
   g_sink = sink;
   const double bytes = static_cast<double>(slice) * threads * sizeof(float);
   return bytes / seconds * 1e-9;
-}
-
-MachineCeilings measure_machine(int threads) {
-  threads = resolve_threads(threads);
-  MachineCeilings m;
-  m.threads = threads;
-  m.fma_peak_gflops = measure_fma_peak_gflops(threads);
-  m.read_bw_gbs = measure_read_bandwidth_gbs(threads);
-  return m;
 }
 
 }  // namespace sdpa::bench

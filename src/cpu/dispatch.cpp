@@ -3,8 +3,8 @@
 // An ISA is usable when the CPU reports its instructions (CPUID) *and* the OS
 // saves the registers they use (XGETBV: XMM|YMM state for AVX2, plus opmask
 // and ZMM state for AVX-512). The table is
-// stamped from kernels.def: each KernelSet starts from its sizes and is filled
-// by the ISA's init function.
+// stamped from kernels.def: each KernelSet starts from its sizes there and is
+// filled by the function of the same name (src/cpu/kernels/<ns>/<name>.cpp).
 #include "cpu/dispatch.h"
 
 #include <cstdint>
@@ -56,19 +56,28 @@ bool cpu_has_avx2() {
 }
 #endif
 
+// The number of kernel sets kernels.def lists: the table holds exactly these.
+constexpr int kKernelSets = 0
+#define SDPA_KERNEL(isa, name, ns, w, mr, nv, br, bc) +1
+#include "cpu/kernels/kernels.def"
+#undef SDPA_KERNEL
+    ;
+
 struct Table {
-  KernelSet sets[8];
+  KernelSet sets[kKernelSets];
   int count = 0;
   Table() {
-#define SDPA_KERNEL(isa_, ns, br_, bc_) \
-  {                                     \
-    KernelSet& ks = sets[count++];      \
-    ks = KernelSet{};                   \
-    ks.isa = isa_;                      \
-    ks.name = #ns;                      \
-    ks.br = br_;                        \
-    ks.bc = bc_;                        \
-    init_kernels_##ns(ks);              \
+#define SDPA_KERNEL(isa_, name_, ns, w_, mr, nv_, br_, bc_) \
+  {                                                        \
+    KernelSet& ks = sets[count++];                         \
+    ks = KernelSet{};                                      \
+    ks.isa = isa_;                                         \
+    ks.name = #name_;                                      \
+    ks.w = w_;                                             \
+    ks.nr = (nv_) * (w_);                                  \
+    ks.br = br_;                                           \
+    ks.bc = bc_;                                           \
+    name_(ks);                                             \
   }
 #include "cpu/kernels/kernels.def"
 #undef SDPA_KERNEL
@@ -145,7 +154,7 @@ Isa parse_isa(const std::string& name) {
 
 std::vector<Isa> compiled_isas() {
   std::vector<Isa> out;
-#define SDPA_KERNEL(isa_, ns, br, bc) out.push_back(isa_);
+#define SDPA_KERNEL(isa_, name, ns, w, mr, nv, br, bc) out.push_back(isa_);
 #include "cpu/kernels/kernels.def"
 #undef SDPA_KERNEL
   return out;

@@ -57,7 +57,6 @@ namespace sdpa::cpu {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-constexpr float kLog2e = 1.44269504088896340736f;
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 std::int64_t round_up(std::int64_t a, std::int64_t b) { return ceil_div(a, b) * b; }
@@ -71,7 +70,7 @@ constexpr std::int64_t kMinChunkKeys = 256;
 constexpr int kDirectRows = 8;
 
 struct Plan {
-  int br = 0, bc = 0, w = 1;
+  int br = 0, bc = 0;
   std::int64_t rows = 0;    // rows per (b, hk): group * Nq
   std::int64_t blocks = 0;  // row blocks per (b, hk)
   std::int64_t splits = 1;  // key chunks per block
@@ -88,7 +87,6 @@ Plan make_plan(const Params& p, const KernelSet& ks, std::int64_t nb, std::int64
   Plan pl;
   pl.br = ks.br;
   pl.bc = ks.bc;
-  pl.w = ks.w;
   pl.rows = p.group * n_q;
   pl.blocks = ceil_div(pl.rows, pl.br);
   pl.dv_pad = round_up(p.dv, ks.w);
@@ -137,8 +135,13 @@ Workspace& workspace() {
   return ws;
 }
 
-// Per-thread row pointers of the current K or V tile (BC <= kMaxTileKeys).
+// Per-thread row pointers of the current K or V tile: n <= BC keys, so every
+// kernel set's BC must fit.
 constexpr int kMaxTileKeys = 256;
+#define SDPA_KERNEL(isa, name, ns, w, mr, nv, br, bc) \
+  static_assert((bc) <= kMaxTileKeys, #name ": BC exceeds kMaxTileKeys (tile_rows)");
+#include "cpu/kernels/kernels.def"
+#undef SDPA_KERNEL
 const float** tile_rows() {
   thread_local const float* rows[kMaxTileKeys];
   return rows;

@@ -11,10 +11,10 @@ namespace sdpa::cpu {
 
 struct KernelSet {
   Isa isa;
-  const char* name;
-  int w;   // float lanes per vector
-  int mr;  // microkernel rows
-  int nr;  // microkernel columns (2*w)
+  const char* name;  // kernels.def's name, e.g. "attn_f32_6x16_avx2"
+  // Sizes, all from kernels.def (see KernelTile in kernels.h).
+  int w;   // float lanes per vector: V rows are padded to a multiple of it
+  int nr;  // microkernel columns: a score tile's keys are padded to a multiple of it
   int br;  // query rows per block
   int bc;  // keys per tile
 

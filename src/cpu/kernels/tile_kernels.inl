@@ -1,7 +1,7 @@
 // The microkernels, written once over the vector wrapper and stamped per ISA:
 // an ISA's translation unit opens namespace sdpa::cpu::<isa>, includes its
-// vec_<isa>.h (Vec, W, v* functions), defines MR and NV and includes this
-// file. Nothing here may name a std:: template: each ISA's copy must stay in
+// vec_<isa>.h (Vec, W, v* functions), defines MR and NV from its kernels.def
+// row and includes this file. Nothing here may name a std:: template: each ISA's copy must stay in
 // its own namespace, compiled with its own flags.
 //
 // Register blocking (S and PV alike): an MR x NR block of accumulators, NR =
@@ -14,6 +14,9 @@
 // keeps the two 512-bit load ports from limiting the FMAs.
 
 inline constexpr int NR = NV * W;
+// scores() and pv() run full MR-row strips, then switch on the 0..MR-1 rows
+// left over with cases up to 5.
+static_assert(MR >= 1 && MR <= 6, "the remainder switches in scores() and pv() cover MR <= 6");
 
 static inline int min_int(int a, int b) { return a < b ? a : b; }
 
@@ -287,12 +290,10 @@ static void softcap(float* s, int rows, int bc_pad, float c) {
   }
 }
 
-// Fills a KernelSet with this ISA's kernels; pack_kt is left to the ISA file
-// (the generic one, or a faster one of its own).
+// Fills a KernelSet's function pointers with this ISA's kernels (dispatch
+// sets its sizes from kernels.def); pack_kt is left to the ISA file (the
+// generic one, or a faster one of its own).
 static void fill_kernel_set(KernelSet& ks) {
-  ks.w = W;
-  ks.mr = MR;
-  ks.nr = NR;
   ks.pack_kt = pack_kt_generic;
   ks.scores = scores;
   ks.scores_direct = scores_direct;
