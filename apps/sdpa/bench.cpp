@@ -147,7 +147,7 @@ int run_bench(const std::string& which, std::vector<std::int64_t> ns, int thread
   try {
     isa = parse_isa(isa_flag);
   } catch (const Error& e) {
-    throw UsageError(std::string("--isa: ") + e.what());
+    throw cli_error(e);
   }
   isa = resolve_isa(isa);
   const int t = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
