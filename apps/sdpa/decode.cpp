@@ -86,6 +86,8 @@ int run_decode(const DecodeArgs& a) {
                      h_kv = parse_integer("--kv-heads", a.kv_heads, 1), d = parse_integer("--d", a.d, 1),
                      page_size = parse_integer("--page-size", a.page_size, 1),
                      threads = parse_integer("--threads", a.threads, 0);
+  // The arrays are made from these flags, so a library error would name arrays
+  // the user never gave: the one rule that ties two flags together is said in flag terms.
   if (h % h_kv != 0) throw UsageError(fmt::format("--kv-heads: expected a divisor of --heads={}, got {}", h, h_kv));
   const Isa isa = parse_isa(a.isa);
   const int t = threads > 0 ? static_cast<int>(threads) : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
