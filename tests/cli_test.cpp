@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "io/npy.h"
+#include "sdpa/attention.h"
 #include "sdpa/tensor_view.h"
 
 namespace {
@@ -246,6 +247,17 @@ TEST_F(cli_demo, ShowsTheTablesAndMatchesTheOracle) {
 // ---------------------------------------------------------------------------
 // --help
 
+// The --isa choices are the library's: every ISA compiled in, and no stale list.
+TEST_F(cli_help, IsaChoicesComeFromTheLibrary) {
+  std::string choices = "auto";
+  for (const sdpa::Isa isa : sdpa::compiled_isas()) choices += std::string(", ") + sdpa::isa_name(isa);
+  for (const char* sub : {"run", "decode"}) {
+    const Result r = cli({sub, "--help"});
+    EXPECT_EQ(r.code, 0) << sub << "\n" << describe(r);
+    EXPECT_THAT(r.out, HasSubstr("Kernel instruction set: " + choices)) << sub;
+  }
+}
+
 TEST_F(cli_help, EverySubcommandExitsZero) {
   for (const char* sub : {"explain", "demo", "run"}) {
     const Result r = cli({sub, "--help"});
@@ -395,13 +407,19 @@ class RunErrors : public CliTest {
     a.insert(a.end(), more.begin(), more.end());
     return a;
   }
-  // A failure: exit 1, one line on stderr naming `names`, no output file.
-  void expect_failure(const std::vector<std::string>& a, const std::string& names) const {
+  // An error: exit `code`, one line on stderr naming `names`, no output file.
+  void expect_error(const std::vector<std::string>& a, const std::string& names, int code) const {
     const Result r = cli(a);
-    EXPECT_EQ(r.code, 1) << describe(r);
+    EXPECT_EQ(r.code, code) << describe(r);
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
     EXPECT_THAT(r.err, HasSubstr(names));
     EXPECT_FALSE(fs::exists(path("o.npy")));
+  }
+  // A failure (exit 1): the run could not be done (a file that cannot be read).
+  void expect_failure(const std::vector<std::string>& a, const std::string& names) const { expect_error(a, names, 1); }
+  // A usage error (exit 2): an input file whose shape or type does not fit.
+  void expect_usage_error(const std::vector<std::string>& a, const std::string& names) const {
+    expect_error(a, names, 2);
   }
 };
 
@@ -418,7 +436,8 @@ TEST_F(cli_run, BadFlagValuesAreUsageErrors) {
       {"--scale", "0"},      {"--scale", "-1"},    {"--scale", "nan"},    {"--scale", "inf"},
       {"--scale", "abc"},    {"--scale", "1e-60"}, {"--layout", "bsdh"},  {"--layout", ""},
       {"--isa", "sse9"},     {"--threads", "-1"},  {"--threads", "many"}, {"--threads", "100000"},
-      {"--bogus"},           {"--lse", path("o.npy")},
+      {"--bogus"},           {"--lse", path("o.npy")}, {"--window-left", "-2"}, {"--window-right", "x"},
+      {"--softcap", "-1"},   {"--isa", "neon"},
   };
   for (const auto& c : cases) {
     const Result r = cli(args(c));
@@ -434,6 +453,23 @@ TEST_F(cli_run, BadFlagValuesAreUsageErrors) {
   EXPECT_EQ(r.code, 2) << describe(r);
 }
 
+// What the library checks comes back in the command line's words: the flag, and the library's message.
+TEST_F(cli_run, LibraryRulesComeBackUnderTheFlags) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--scale", "0"}, "--scale: expected a finite number > 0"},
+      {{"--scale", "1e-60"}, "--scale: expected a number representable in float32"},
+      {{"--window-left", "-2"}, "--window-left: expected -1 (unbounded) or a key count >= 0, got -2"},
+      {{"--softcap", "-1"}, "--softcap: expected 0 (off) or a finite number > 0"},
+      {{"--threads", "100000"}, "--threads: expected 0 (all hardware threads) or 1..1024, got 100000"},
+      {{"--isa", "sse9"}, "--isa: expected one of auto, scalar, avx2, avx512"},
+  };
+  for (const auto& [more, message] : cases) {
+    const Result r = cli(args(more));
+    EXPECT_EQ(r.code, 2) << message << "\n" << describe(r);
+    EXPECT_THAT(r.err, HasSubstr("sdpa run: " + message));
+  }
+}
+
 TEST_F(cli_run, MissingFile) {
   auto a = args();
   a[2] = path("nope.npy");
@@ -444,26 +480,26 @@ TEST_F(cli_run, MissingFile) {
 
 TEST_F(cli_run, ShapeMismatchBetweenQAndK) {
   write_f32(path("k.npy"), {2, 2, 5, 7});  // d = 7, q has d = 8
-  expect_failure(args(), "k.npy");
+  expect_usage_error(args(), "--k " + path("k.npy") + ": expected head size d=8 (from q), got 7");
   write_f32(path("k.npy"), {2, 3, 5, 8});  // 3 KV heads do not divide 4 query heads
-  expect_failure(args(), "k.npy");
+  expect_usage_error(args(), "k.npy");
   write_f32(path("k.npy"), {2, 2, 4, 8});  // 4 keys, 5 values
-  expect_failure(args(), "v.npy");
+  expect_usage_error(args(), "v.npy");
 }
 
 TEST_F(cli_run, WrongDtype) {
   std::vector<std::int32_t> ints(2 * 4 * 6 * 8, 1);
   sdpa::io::write_npy(path("q.npy"), DType::i32, std::vector<std::int64_t>{2, 4, 6, 8}, ints.data());
-  expect_failure(args(), "q.npy");
+  expect_usage_error(args(), "q.npy");
   const Result r = cli(args());
   EXPECT_THAT(r.err, HasSubstr("int32"));
 }
 
 TEST_F(cli_run, RankMismatchAndUnsupportedRank) {
   write_f32(path("k.npy"), {5, 8});
-  expect_failure(args(), "k.npy");
+  expect_usage_error(args(), "k.npy");
   write_f32(path("q.npy"), {48});
-  expect_failure(args(), "q.npy");
+  expect_usage_error(args(), "q.npy");
 }
 
 TEST_F(cli_run, ProbsLargerThanTheLibraryLimit) {
@@ -481,7 +517,7 @@ TEST_F(cli_run, NoPartialOutputOnFailure) {
   // The computation fails: no output at all.
   write_f32(path("k.npy"), {2, 2, 5, 7});
   Result r = cli(args({"--lse", path("lse.npy"), "--probs", path("p.npy")}));
-  EXPECT_EQ(r.code, 1) << describe(r);
+  EXPECT_EQ(r.code, 2) << describe(r);
   for (const char* n : {"o.npy", "lse.npy", "p.npy"}) EXPECT_FALSE(fs::exists(path(n))) << n;
 
   // A later output cannot be written (its name is too long for the file
@@ -512,7 +548,7 @@ TEST_F(cli_run, ExistingOutputsAreLeftUnchangedByAFailingRun) {
   // A failing computation.
   write_f32(path("v.npy"), {2, 2, 4, 3});
   Result r = cli(args({"--lse", path("lse.npy")}));
-  EXPECT_EQ(r.code, 1) << describe(r);
+  EXPECT_EQ(r.code, 2) << describe(r);
   EXPECT_EQ(slurp(path("o.npy")), "previous O");
   EXPECT_EQ(slurp(path("lse.npy")), "previous lse");
 
@@ -580,15 +616,15 @@ TEST_F(cli_packed, run_with_cu_seqlens_matches_reference) {
   ASSERT_EQ(o.shape, (std::vector<std::int64_t>{10, h, d}));
   for (std::int64_t i = 0; i < o.numel(); ++i) EXPECT_NEAR(o.as<float>()[i], o_ref.as<double>()[i], 1e-5);
   EXPECT_EQ(sdpa::io::read_npy(path("l.npy")).shape, (std::vector<std::int64_t>{h, 10}));
-  // Non-monotone prefix sums: exit 1, naming the flag, no output.
+  // Non-monotone prefix sums: a usage error naming the flag and file, no output.
   std::vector<std::int32_t> bad = {0, 5, 3, 10};
   sdpa::io::write_npy(path("bad.npy"), DType::i32, sc, bad.data());
   std::vector<std::string> a = common;
   a[8] = path("bad.npy");
   a.insert(a.end(), {"--out", path("o2.npy")});
   Result r = cli(a);
-  EXPECT_EQ(r.code, 1);
-  EXPECT_THAT(r.err, HasSubstr("--cu-seqlens-q: expected non-decreasing"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--cu-seqlens-q " + path("bad.npy") + ": expected non-decreasing"));
   EXPECT_FALSE(fs::exists(path("o2.npy")));
 }
 
@@ -604,6 +640,9 @@ TEST_F(cli_decode, small_run_checks_the_oracle_and_reports_bandwidth) {
     EXPECT_THAT(r.out, HasSubstr("last step vs the float64 oracle"));
   }
   EXPECT_EQ(cli({"decode", "--heads", "8", "--kv-heads", "3"}).code, 2);
+  const Result r = cli({"decode", "--isa", "sse9"});
+  EXPECT_EQ(r.code, 2) << describe(r);
+  EXPECT_THAT(r.err, HasSubstr("sdpa decode: --isa: expected one of auto, scalar, avx2, avx512"));
 }
 
 TEST_F(cli_bench, small_table_and_json) {

@@ -813,21 +813,21 @@ TEST(OnnxAttentionErrors, inputs) {
     in.K = k.view();
     Array v = zeros(DType::f32, {2, 3, 5, 8});
     in.V = v.view();
-    expect_error(p, in, "K", "dividing q_num_heads=4");
+    expect_error(p, in, "K", "dividing H=4");
   }
   {
     Problem p = base();
     Array k = zeros(DType::f32, {2, 2, 5, 6});
     ox::AttentionInputs in = p.inputs();
     in.K = k.view();
-    expect_error(p, in, "K", "head size D=8");
+    expect_error(p, in, "K", "head size d=8");
   }
   {
     Problem p = base();
     Array v = zeros(DType::f32, {2, 2, 4, 8});
     ox::AttentionInputs in = p.inputs();
     in.V = v.view();
-    expect_error(p, in, "V", "kv_sequence_length");
+    expect_error(p, in, "V", "keys Nkv=5");
   }
 }
 
@@ -847,17 +847,17 @@ TEST(OnnxAttentionErrors, three_d_heads) {
   {
     Problem q = p;
     q.attr.q_num_heads = 8;  // head size 4 against K's 8
-    expect_error(q, q.inputs(), "K", "head size D=4");
+    expect_error(q, q.inputs(), "K", "head size d=4");
   }
   {
     Problem q = p;
-    q.attr.kv_num_heads = 8;  // does not divide q_num_heads = 4
-    expect_error(q, q.inputs(), "kv_num_heads", "a divisor of q_num_heads=4");
+    q.attr.kv_num_heads = 8;  // K's hidden 16 as 8 heads of 2, against Q's head size 8
+    expect_error(q, q.inputs(), "K", "head size d=8");
   }
   {
     Problem q = p;
     q.attr.kv_num_heads = 1;  // K's head size 16 against Q's 8
-    expect_error(q, q.inputs(), "K", "head size D=8");
+    expect_error(q, q.inputs(), "K", "head size d=8");
   }
 }
 
@@ -901,9 +901,9 @@ TEST(OnnxAttentionErrors, caches) {
   }
   n.attr.opset = 24;
   for (const auto& [array, fragment] : {std::pair{from_values(DType::i32, {2}, {3, 3}), std::string("int64")},
-                                        std::pair{from_values(DType::i64, {3}, {3, 3, 3}), std::string("shape (B)")},
-                                        std::pair{from_values(DType::i64, {2}, {3, 6}), std::string("[0, T=5]")},
-                                        std::pair{from_values(DType::i64, {2}, {-1, 2}), std::string("[0, T=5]")}}) {
+                                        std::pair{from_values(DType::i64, {3}, {3, 3, 3}), std::string("batch B=2")},
+                                        std::pair{from_values(DType::i64, {2}, {3, 6}), std::string("[0, Nkv=5]")},
+                                        std::pair{from_values(DType::i64, {2}, {-1, 2}), std::string("[0, Nkv=5]")}}) {
     ox::AttentionInputs in = n.inputs();
     in.nonpad_kv_seqlen = array.view();
     expect_error(n, in, "nonpad_kv_seqlen", fragment);
@@ -916,7 +916,7 @@ TEST(OnnxAttentionErrors, masks) {
     Array m = zeros(DType::f32, shape);
     ox::AttentionInputs in = p.inputs();
     in.attn_mask = m.view();
-    expect_error(p, in, "attn_mask", "broadcastable to (B, q_num_heads, Sq, T) = [2, 4, 3, 5]");
+    expect_error(p, in, "attn_mask", "broadcastable to [B, H, Nq, Nkv] = [2, 4, 3, 5]");
   }
   // Opset 23 has no short masks; opset 24 has.
   Array short_mask = zeros(DType::f32, {3, 4});
@@ -927,6 +927,50 @@ TEST(OnnxAttentionErrors, masks) {
   p.attr.opset = 24;
   ox::AttentionOutputs out;
   EXPECT_NO_THROW(ox::attention(in, p.attr, out));
+}
+
+// The library checks what it shares with the operator; its errors come back
+// under the operator's names.
+TEST(OnnxAttentionErrors, library_checks_under_onnx_names) {
+  Problem p = base();  // B=2, q_num_heads=4, Sq=3, T=5
+  {
+    // A short mask (opset 24) is padded before the library sees it; the message says so.
+    Array m = zeros(DType::f32, {3, 3, 4});
+    ox::AttentionInputs in = p.inputs();
+    in.attn_mask = m.view();
+    expect_error(p, in, "attn_mask", "got [3, 3, 5] (attn_mask [3, 3, 4] padded to T=5 keys)");
+  }
+  {
+    // nonpad_kv_seqlen is checked as it is, even where a short mask cuts the keys further.
+    Array m = zeros(DType::f32, {3, 4});
+    Array n = from_values(DType::i64, {2}, {3, 6});
+    ox::AttentionInputs in = p.inputs();
+    in.attn_mask = m.view();
+    in.nonpad_kv_seqlen = n.view();
+    expect_error(p, in, "nonpad_kv_seqlen", "values in [0, Nkv=5], got 6 at [1]");
+  }
+  {
+    Problem q = p;
+    q.attr.opset = 25;
+    q.attr.left_window_size = -3;
+    expect_error(q, q.inputs(), "left_window_size", "-1 (unbounded) or a key count >= 0, got -3");
+  }
+  {
+    Problem q = p;
+    q.attr.softcap = std::numeric_limits<float>::infinity();
+    expect_error(q, q.inputs(), "softcap", "0 (off) or a finite number > 0");
+  }
+  {
+    // The past must continue K (the concatenation is the layer's); K against Q is the library's.
+    Problem q = base();
+    q.with_past = true;
+    q.past = 2;
+    q.fill();
+    Array pk = zeros(DType::f32, {2, 2, 2, 6});
+    ox::AttentionInputs in = q.inputs();
+    in.past_key = pk.view();
+    expect_error(q, in, "past_key", "D=8 (from K), got 6 in [2, 2, 2, 6]");
+  }
 }
 
 TEST(OnnxAttentionErrors, attributes) {
@@ -1108,14 +1152,15 @@ TEST_F(OnnxCli, usage_errors_exit_2_and_write_nothing) {
   EXPECT_TRUE(npy_files().empty());
 }
 
-TEST_F(OnnxCli, failures_exit_1_name_the_flag_and_write_nothing) {
+TEST_F(OnnxCli, failures_name_the_flag_and_write_nothing) {
   Problem p = base();
   const std::string q = write("q.npy", p.q), k = write("k.npy", p.k), v = write("v.npy", p.v);
   const std::string bad_v = write("bad_v.npy", zeros(DType::f32, {2, 2, 4, 8}));
-  EXPECT_EQ(cli({"--Q", q, "--K", k, "--V", bad_v, "--Y", path("out_y.npy"), "--present-key", path("out_pk.npy")}), 1);
-  EXPECT_THAT(stderr_text(), HasSubstr("--V " + bad_v + ": expected kv_sequence_length=5"));
+  // Inputs that do not fit are usage errors (2), a file that cannot be read a failure (1).
+  EXPECT_EQ(cli({"--Q", q, "--K", k, "--V", bad_v, "--Y", path("out_y.npy"), "--present-key", path("out_pk.npy")}), 2);
+  EXPECT_THAT(stderr_text(), HasSubstr("--V " + bad_v + ": expected keys Nkv=5 (from k), got 4"));
   const std::string m = write("m.npy", zeros(DType::f32, {3, 4}));
-  EXPECT_EQ(cli({"--Q", q, "--K", k, "--V", v, "--attn-mask", m, "--opset", "23", "--Y", path("out_y.npy")}), 1);
+  EXPECT_EQ(cli({"--Q", q, "--K", k, "--V", v, "--attn-mask", m, "--opset", "23", "--Y", path("out_y.npy")}), 2);
   EXPECT_THAT(stderr_text(), HasSubstr("--attn-mask " + m));
   EXPECT_EQ(cli({"--Q", path("missing.npy"), "--K", k, "--V", v, "--Y", path("out_y.npy")}), 1);
   EXPECT_THAT(stderr_text(), HasSubstr("--Q"));

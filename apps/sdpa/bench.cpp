@@ -162,7 +162,7 @@ int run_bench(const std::string& which, std::vector<std::int64_t> ns, int thread
   try {
     isa = parse_isa(isa_flag);
   } catch (const Error& e) {
-    throw UsageError(std::string("--isa: ") + e.what());
+    throw cli_error(e);
   }
   isa = resolve_isa(isa);
 #if !SDPA_HAVE_JSON

@@ -10,8 +10,90 @@
 #include <limits>
 
 #include "commands.h"
+#include "sdpa/attention.h"
 
 namespace sdpa::cli {
+namespace {
+
+// The one table from the arguments named in an sdpa::Error to the command
+// line: the flag that supplied the value, and the exit code of the run.
+//
+//   exit 2 (usage error): the value came from the user, as a flag or as a file
+//          whose shape, type or content does not fit (bad shapes, a bad --scale,
+//          an --isa this CPU lacks, unsorted --cu-seqlens-q, ...)
+//   exit 1 (failure): an output the command allocates itself (too large to
+//          hold), and every argument not listed here, or none (I/O and the like)
+//
+// The library names its arguments after its API (q, mask, window_left, ...),
+// sdpa::onnx after the operator (Q, attn_mask, left_window_size, ...); `sdpa
+// run` takes the first kind of flags and `sdpa onnx` the second.
+struct Route {
+  const char* arg;
+  const char* flag;
+  int exit_code;
+};
+
+constexpr Route kRoutes[] = {
+    // sdpa::attention, reference_attention and the serving calls.
+    {"q", "--q", kExitUsage},
+    {"k", "--k", kExitUsage},
+    {"v", "--v", kExitUsage},
+    {"o", "--out", kExitFailure},
+    {"lse", "--lse", kExitFailure},
+    {"probs", "--probs", kExitFailure},
+    {"scale", "--scale", kExitUsage},
+    {"softcap", "--softcap", kExitUsage},
+    {"window_left", "--window-left", kExitUsage},
+    {"window_right", "--window-right", kExitUsage},
+    {"threads", "--threads", kExitUsage},
+    {"isa", "--isa", kExitUsage},
+    {"SDPA_ISA", "SDPA_ISA", kExitUsage},
+    {"cu_seqlens_q", "--cu-seqlens-q", kExitUsage},
+    {"cu_seqlens_k", "--cu-seqlens-k", kExitUsage},
+    // sdpa::onnx::attention: inputs, outputs, attributes.
+    {"Q", "--Q", kExitUsage},
+    {"K", "--K", kExitUsage},
+    {"V", "--V", kExitUsage},
+    {"attn_mask", "--attn-mask", kExitUsage},
+    {"past_key", "--past-key", kExitUsage},
+    {"past_value", "--past-value", kExitUsage},
+    {"nonpad_kv_seqlen", "--nonpad-kv-seqlen", kExitUsage},
+    {"Y", "--Y", kExitFailure},
+    {"present_key", "--present-key", kExitFailure},
+    {"present_value", "--present-value", kExitFailure},
+    {"qk_matmul_output", "--qk-matmul-output", kExitFailure},
+    {"opset", "--opset", kExitUsage},
+    {"is_causal", "--is-causal", kExitUsage},
+    {"scale", "--scale", kExitUsage},
+    {"softcap", "--softcap", kExitUsage},
+    {"q_num_heads", "--q-num-heads", kExitUsage},
+    {"kv_num_heads", "--kv-num-heads", kExitUsage},
+    {"softmax_precision", "--softmax-precision", kExitUsage},
+    {"qk_matmul_output_mode", "--qk-matmul-output-mode", kExitUsage},
+    {"left_window_size", "--left-window-size", kExitUsage},
+    {"right_window_size", "--right-window-size", kExitUsage},
+};
+
+}  // namespace
+
+ErrorRoute route_of(std::string_view arg) {
+  for (const Route& r : kRoutes)
+    if (arg == r.arg) return {r.flag, r.exit_code};
+  return {std::string(arg), kExitFailure};
+}
+
+CliError cli_error(const Error& e, std::string_view file, std::string_view note) {
+  if (e.arg().empty()) return CliError(kExitFailure, e.what());
+  const ErrorRoute r = route_of(e.arg());
+  const std::string who = file.empty() ? r.flag : fmt::format("{} {}", r.flag, file);
+  return CliError(r.exit_code, fmt::format("{}: expected {}, got {}{}", who, e.expected(), e.got(), note));
+}
+
+std::string isa_choices() {
+  std::string s = "auto";
+  for (Isa isa : compiled_isas()) s += fmt::format(", {}", isa_name(isa));
+  return s;
+}
 
 double parse_finite_double(std::string_view flag, const std::string& text) {
   // strtod rather than from_chars: it accepts the forms people type ("1e3", "+2", ".5").
@@ -25,6 +107,25 @@ double parse_finite_double(std::string_view flag, const std::string& text) {
   if (!std::isfinite(x)) throw UsageError(fmt::format("{}: expected a finite number, got '{}'", flag, text));
   if (errno == ERANGE) throw UsageError(fmt::format("{}: expected a number in double range, got '{}'", flag, text));
   return x;
+}
+
+float parse_float32(std::string_view flag, const std::string& text) {
+  const double x = parse_finite_double(flag, text);
+  const float f = static_cast<float>(x);
+  if (!std::isfinite(f) || (f == 0.0f && x != 0.0))
+    throw UsageError(fmt::format("{}: expected a number representable in float32, got '{}'", flag, text));
+  return f;
+}
+
+std::int64_t parse_integer(std::string_view flag, const std::string& text) {
+  return parse_integer(flag, text, std::numeric_limits<std::int64_t>::min());
+}
+
+int parse_int(std::string_view flag, const std::string& text) {
+  const std::int64_t x = parse_integer(flag, text);
+  if (x < std::numeric_limits<int>::min() || x > std::numeric_limits<int>::max())
+    throw UsageError(fmt::format("{}: expected an integer that fits in int, got '{}'", flag, text));
+  return static_cast<int>(x);
 }
 
 std::int64_t parse_integer(std::string_view flag, const std::string& text, std::int64_t min) {

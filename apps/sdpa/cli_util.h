@@ -1,6 +1,7 @@
 // Helpers shared by the subcommands: strict flag-value parsing (bad values are
-// usage errors naming the flag), number formatting for people, aligned text
-// tables, and a numerically safe softmax for the teaching commands.
+// usage errors naming the flag), the --isa choices, number formatting for
+// people, aligned text tables, and a numerically safe softmax for the teaching
+// commands.
 #pragma once
 
 #include <cstdint>
@@ -8,12 +9,24 @@
 #include <string_view>
 #include <vector>
 
+#include "sdpa/options.h"
+
 namespace sdpa::cli {
+
+// The --isa values this build accepts ("auto, scalar, avx2, avx512"), for help texts.
+std::string isa_choices();
 
 // Parses the whole of `text` as a finite double; throws UsageError naming `flag`.
 double parse_finite_double(std::string_view flag, const std::string& text);
 // Parses the whole of `text` as a base-10 integer >= `min`; throws UsageError naming `flag`.
 std::int64_t parse_integer(std::string_view flag, const std::string& text, std::int64_t min);
+// The same for any int64 value: only the syntax is the command line's, the
+// range is checked by whoever takes the value (the library, sdpa::onnx).
+std::int64_t parse_integer(std::string_view flag, const std::string& text);
+// Any int (Options::threads is one).
+int parse_int(std::string_view flag, const std::string& text);
+// A finite number that float32 can hold (ONNX's float attributes).
+float parse_float32(std::string_view flag, const std::string& text);
 
 // An integer-valued x without decimals ("64"), otherwise up to 4 decimals with
 // trailing zeros dropped ("1.4142", "12.5"); very large or tiny magnitudes in

@@ -2,8 +2,10 @@
 // itself here with a static Registrar, so adding a command edits no other file.
 //
 // Exit codes: 0 success, 2 usage error (bad flags or flag values, reported by
-// CLI11 or thrown as UsageError), 1 failure (anything else: unreadable or
-// malformed files, shapes that do not fit, sdpa::Error from the library).
+// CLI11 or thrown as UsageError, and inputs whose shapes or types do not fit),
+// 1 failure (unreadable or malformed files, outputs that cannot be held or
+// written). An sdpa::Error gets its flag and exit code from the one table in
+// cli_util.cpp (route_of), wherever it is caught.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -11,7 +13,10 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "sdpa/error.h"
 
 namespace sdpa::cli {
 
@@ -19,10 +24,33 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
 
-// A bad flag value found after parsing (exit code 2).
-class UsageError : public std::runtime_error {
+// An error in the command line's words, with the exit code it ends the run with.
+class CliError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  CliError(int exit_code, const std::string& message) : std::runtime_error(message), exit_code_(exit_code) {}
+  int exit_code() const { return exit_code_; }
+
+ private:
+  int exit_code_;
+};
+
+// Where an sdpa::Error lands on the command line: the flag its argument came
+// from (the argument itself when no flag names it) and the exit code.
+struct ErrorRoute {
+  std::string flag;
+  int exit_code;
+};
+ErrorRoute route_of(std::string_view arg);
+
+// e as the command line reports it: "FLAG[ FILE]: expected ..., got ...[NOTE]",
+// with FLAG and the exit code from route_of(e.arg()). `file` is the file the flag
+// named, `note` what the subcommand adds (how it read the file).
+CliError cli_error(const Error& e, std::string_view file = {}, std::string_view note = {});
+
+// A bad flag value found after parsing (exit code 2).
+class UsageError : public CliError {
+ public:
+  explicit UsageError(const std::string& message) : CliError(kExitUsage, message) {}
 };
 
 struct Command {

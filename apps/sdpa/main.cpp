@@ -41,9 +41,13 @@ int main(int argc, char** argv) {
     if (!sub->parsed()) continue;
     try {
       return action();
-    } catch (const UsageError& e) {
+    } catch (const CliError& e) {
       std::fprintf(stderr, "sdpa %s: %s\n", sub->get_name().c_str(), e.what());
-      return kExitUsage;
+      return e.exit_code();
+    } catch (const sdpa::Error& e) {
+      const CliError c = cli_error(e);
+      std::fprintf(stderr, "sdpa %s: %s\n", sub->get_name().c_str(), c.what());
+      return c.exit_code();
     } catch (const std::exception& e) {
       std::fprintf(stderr, "sdpa %s: %s\n", sub->get_name().c_str(), e.what());
       return kExitFailure;

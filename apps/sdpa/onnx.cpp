@@ -48,37 +48,6 @@ struct OnnxArgs {
   bool reference = false;
 };
 
-// The flag of each ONNX input, output and attribute.
-constexpr std::pair<const char*, const char*> kFlags[] = {
-    {"Q", "--Q"},
-    {"K", "--K"},
-    {"V", "--V"},
-    {"attn_mask", "--attn-mask"},
-    {"past_key", "--past-key"},
-    {"past_value", "--past-value"},
-    {"nonpad_kv_seqlen", "--nonpad-kv-seqlen"},
-    {"Y", "--Y"},
-    {"present_key", "--present-key"},
-    {"present_value", "--present-value"},
-    {"qk_matmul_output", "--qk-matmul-output"},
-    {"is_causal", "--is-causal"},
-    {"scale", "--scale"},
-    {"softcap", "--softcap"},
-    {"q_num_heads", "--q-num-heads"},
-    {"kv_num_heads", "--kv-num-heads"},
-    {"softmax_precision", "--softmax-precision"},
-    {"qk_matmul_output_mode", "--qk-matmul-output-mode"},
-    {"left_window_size", "--left-window-size"},
-    {"right_window_size", "--right-window-size"},
-    {"opset", "--opset"},
-};
-
-std::string flag_of(const std::string& onnx_name) {
-  for (const auto& [name, flag] : kFlags)
-    if (onnx_name == name) return flag;
-  return onnx_name;
-}
-
 std::string join_dims(const std::vector<std::int64_t>& dims) { return fmt::format("[{}]", fmt::join(dims, ", ")); }
 
 struct Input {
@@ -88,7 +57,7 @@ struct Input {
 };
 
 Input load(const char* name, const std::string& path) {
-  Input in{name, flag_of(name), path, {}, {}};
+  Input in{name, route_of(name).flag, path, {}, {}};
   try {
     in.array = io::read_npy(path);
     in.view = in.array.view();
@@ -101,70 +70,27 @@ Input load(const char* name, const std::string& path) {
   return in;
 }
 
-std::int64_t integer_in(const char* flag, const std::string& text, std::int64_t lo, std::int64_t hi,
-                        const std::string& expected) {
-  const std::int64_t x = parse_integer(flag, text, lo);
-  if (x > hi) throw UsageError(fmt::format("{}: expected {}, got {}", flag, expected, text));
-  return x;
-}
-
-// Flag values and combinations, checked before any file is read (usage errors).
+// Flag syntax, and outputs on distinct files, checked before any file is read
+// (usage errors). What the values mean (opsets, ranges, which inputs go
+// together) is sdpa::onnx's to check, and the library's.
 onnx::AttentionAttributes check_flags(const OnnxArgs& a) {
   onnx::AttentionAttributes attr;
-  attr.opset = integer_in("--opset", a.opset, 23, 25, "23, 24 or 25");
-  if (!a.is_causal.empty()) attr.is_causal = integer_in("--is-causal", a.is_causal, 0, 1, "0 or 1");
-  if (!a.scale.empty()) {
-    const double x = parse_finite_double("--scale", a.scale);
-    const float f = static_cast<float>(x);
-    if (!(x > 0) || !std::isfinite(f) || f == 0.0f)
-      throw UsageError(fmt::format("--scale: expected a number > 0 representable in float32, got {}", a.scale));
-    attr.scale = f;
-  }
-  if (!a.softcap.empty()) {
-    const double x = parse_finite_double("--softcap", a.softcap);
-    if (!(x >= 0) || !std::isfinite(static_cast<float>(x)))
-      throw UsageError(
-          fmt::format("--softcap: expected 0 (off) or a number > 0 representable in float32, got {}", a.softcap));
-    attr.softcap = static_cast<float>(x);
-  }
-  if (!a.q_num_heads.empty()) attr.q_num_heads = parse_integer("--q-num-heads", a.q_num_heads, 1);
-  if (!a.kv_num_heads.empty()) attr.kv_num_heads = parse_integer("--kv-num-heads", a.kv_num_heads, 1);
-  if (!a.softmax_precision.empty()) {
-    const std::int64_t p = parse_integer("--softmax-precision", a.softmax_precision, 0);
-    if (p != 1 && p != 10 && p != 11 && p != 16)
-      throw UsageError(fmt::format(
-          "--softmax-precision: expected 1 (FLOAT), 10 (FLOAT16), 11 (DOUBLE) or 16 (BFLOAT16), got {}", p));
-    attr.softmax_precision = p;
-  }
+  attr.opset = parse_integer("--opset", a.opset);
+  if (!a.is_causal.empty()) attr.is_causal = parse_integer("--is-causal", a.is_causal);
+  if (!a.scale.empty()) attr.scale = parse_float32("--scale", a.scale);
+  if (!a.softcap.empty()) attr.softcap = parse_float32("--softcap", a.softcap);
+  if (!a.q_num_heads.empty()) attr.q_num_heads = parse_integer("--q-num-heads", a.q_num_heads);
+  if (!a.kv_num_heads.empty()) attr.kv_num_heads = parse_integer("--kv-num-heads", a.kv_num_heads);
+  if (!a.softmax_precision.empty()) attr.softmax_precision = parse_integer("--softmax-precision", a.softmax_precision);
   if (!a.qk_matmul_output_mode.empty())
-    attr.qk_matmul_output_mode = integer_in("--qk-matmul-output-mode", a.qk_matmul_output_mode, 0, 3, "0, 1, 2 or 3");
-  if (!a.left_window_size.empty()) attr.left_window_size = parse_integer("--left-window-size", a.left_window_size, -1);
-  if (!a.right_window_size.empty())
-    attr.right_window_size = parse_integer("--right-window-size", a.right_window_size, -1);
-  if (attr.opset < 25) {
-    for (const auto& [flag, text] :
-         {std::pair{"--left-window-size", &a.left_window_size}, std::pair{"--right-window-size", &a.right_window_size}})
-      if (!text->empty())
-        throw UsageError(fmt::format("{}: the attribute exists from opset 25, got --opset {}", flag, attr.opset));
-  }
+    attr.qk_matmul_output_mode = parse_integer("--qk-matmul-output-mode", a.qk_matmul_output_mode);
+  if (!a.left_window_size.empty()) attr.left_window_size = parse_integer("--left-window-size", a.left_window_size);
+  if (!a.right_window_size.empty()) attr.right_window_size = parse_integer("--right-window-size", a.right_window_size);
 
-  if (!a.nonpad_kv_seqlen.empty() && attr.opset < 24)
-    throw UsageError(fmt::format("--nonpad-kv-seqlen: the input exists from opset 24, got --opset {}", attr.opset));
-  if (a.past_key.empty() != a.past_value.empty())
-    throw UsageError(a.past_key.empty() ? "--past-value: expected --past-key with it (they go together)"
-                                        : "--past-key: expected --past-value with it (they go together)");
-  if (!a.nonpad_kv_seqlen.empty() && !a.past_key.empty())
-    throw UsageError("--nonpad-kv-seqlen: cannot be combined with --past-key/--past-value (two KV cache modes)");
-
-  // Two outputs on one path would silently overwrite each other.
-  std::vector<std::pair<std::string, std::string>> outs = {{"--Y", a.y}};
-  if (!a.present_key.empty()) outs.emplace_back("--present-key", a.present_key);
-  if (!a.present_value.empty()) outs.emplace_back("--present-value", a.present_value);
-  if (!a.qk_matmul_output.empty()) outs.emplace_back("--qk-matmul-output", a.qk_matmul_output);
-  for (std::size_t i = 0; i < outs.size(); ++i)
-    for (std::size_t j = i + 1; j < outs.size(); ++j)
-      if (fs::absolute(outs[i].second).lexically_normal() == fs::absolute(outs[j].second).lexically_normal())
-        throw UsageError(fmt::format("{} and {} name the same file {}", outs[i].first, outs[j].first, outs[j].second));
+  check_distinct({{"--Y", a.y},
+                  {"--present-key", a.present_key},
+                  {"--present-value", a.present_value},
+                  {"--qk-matmul-output", a.qk_matmul_output}});
   return attr;
 }
 
@@ -197,15 +123,6 @@ int run_onnx(const OnnxArgs& args) {
     if (x.name == "past_value") in.past_value = x.view;
     if (x.name == "nonpad_kv_seqlen") in.nonpad_kv_seqlen = x.view;
   }
-  // 3-D inputs need the head counts: a missing flag is a usage error.
-  if (in.Q.rank == 3) {
-    for (const auto& [flag, value] :
-         {std::pair{"--q-num-heads", &attr.q_num_heads}, std::pair{"--kv-num-heads", &attr.kv_num_heads}})
-      if (!*value)
-        throw UsageError(fmt::format("{}: required for 3-D --Q {} {} (B, Sq, q_num_heads·D)", flag, args.q,
-                                     join_dims(inputs[0].array.shape)));
-  }
-
   onnx::AttentionOutputs out;
   out.want_present_key = !args.present_key.empty();
   out.want_present_value = !args.present_value.empty();
@@ -213,14 +130,13 @@ int run_onnx(const OnnxArgs& args) {
   try {
     onnx::attention(in, attr, out, args.reference);
   } catch (const Error& e) {
-    if (e.arg().empty()) throw;
-    const std::string flag = flag_of(e.arg());
-    const std::string detail = fmt::format("expected {}, got {}", e.expected(), e.got());
+    const std::string flag = route_of(e.arg()).flag;
+    std::string file;
     for (const Input& x : inputs)
-      if (x.name == e.arg()) throw std::runtime_error(fmt::format("{} {}: {}", x.flag, x.path, detail));
+      if (x.flag == flag) file = x.path;
     for (const auto& [f, path] : destinations)
-      if (f == flag) throw std::runtime_error(fmt::format("{} {}: {}", f, path, detail));
-    throw std::runtime_error(fmt::format("{}: {}", flag, detail));
+      if (f == flag) file = path;
+    throw cli_error(e, file);
   }
 
   StagedOutputs files("onnx");

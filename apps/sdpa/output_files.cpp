@@ -12,6 +12,7 @@
 #include <random>
 #include <stdexcept>
 
+#include "commands.h"
 #include "io/npy.h"
 
 namespace sdpa::cli {
@@ -26,6 +27,18 @@ void check_destination(const std::string& flag, const std::string& path) {
   if (dir.empty()) dir = ".";
   if (!fs::is_directory(dir, ec))
     throw std::runtime_error(fmt::format("{} {}: cannot write: no directory {}", flag, path, dir.string()));
+}
+
+void check_distinct(const std::vector<std::pair<std::string, std::string>>& outputs) {
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    for (std::size_t j = i + 1; j < outputs.size(); ++j) {
+      const auto& [flag_i, path_i] = outputs[i];
+      const auto& [flag_j, path_j] = outputs[j];
+      if (!path_i.empty() && !path_j.empty() &&
+          fs::absolute(path_i).lexically_normal() == fs::absolute(path_j).lexically_normal())
+        throw UsageError(fmt::format("{} and {} name the same file {}", flag_i, flag_j, path_j));
+    }
+  }
 }
 
 StagedOutputs::~StagedOutputs() {

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sdpa/tensor_view.h"
@@ -14,6 +15,10 @@ namespace sdpa::cli {
 // cannot work (a directory, or a folder that does not exist). `flag` names it
 // in the message ("--out o.npy: cannot write: ...").
 void check_destination(const std::string& flag, const std::string& path);
+
+// Two outputs on one path would silently overwrite each other: a usage error.
+// `outputs` holds (flag, path) pairs; an empty path is an output not asked for.
+void check_distinct(const std::vector<std::pair<std::string, std::string>>& outputs);
 
 // Each output is first written (with write_npy, atomically) to a stage file
 // next to its destination (path + ".tmp.<tag>.XXXXXX"); only when every stage

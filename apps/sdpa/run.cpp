@@ -120,14 +120,12 @@ Input load_input(const std::string& flag, const std::string& path, Layout layout
     throw std::runtime_error(what.starts_with(path + ":") ? flag + " " + what
                                                           : fmt::format("{} {}: {}", flag, path, what));
   }
+  // The file's rank picks its axes (the layout is the command line's); its
+  // dtype and sizes are the library's to check.
   const io::NpyArray& a = in.array;
-  if (a.dtype != DType::f32 && a.dtype != DType::f64) {
-    throw std::runtime_error(
-        fmt::format("{}: expected dtype float32 or float64, got {}", in.name.who(), dtype_name(a.dtype)));
-  }
   const int rank = static_cast<int>(a.shape.size());
   if (rank < 2 || rank > 4) {
-    throw std::runtime_error(fmt::format("{}: expected rank 2, 3 or 4 ({}, {} or {} for layout {}), got rank {} {}",
+    throw UsageError(fmt::format("{}: expected rank 2, 3 or 4 ({}, {} or {} for layout {}), got rank {} {}",
                                          in.name.who(), layout_axes(layout, 2), layout_axes(layout, 3),
                                          layout_axes(layout, 4), layout == Layout::bhsd ? "bhsd" : "bshd", rank,
                                          join_dims(a.shape)));
@@ -160,26 +158,20 @@ Output make_output(Named name, DType dtype, std::vector<std::int64_t> file_shape
   return o;
 }
 
-// Library errors name an argument ("k", "probs", ...); say which flag and file that is.
-[[noreturn]] void rethrow_named(const Error& e, const std::vector<const Input*>& inputs,
-                                const std::vector<const Output*>& outputs) {
-  const std::string& arg = e.arg();
-  const std::string detail = fmt::format("expected {}, got {}", e.expected(), e.got());
+// A library error in the command line's words, with the file its flag named
+// and, for an input, how the file was read.
+CliError named_error(const Error& e, const std::vector<const Input*>& inputs, const std::vector<Output>& outputs) {
+  const std::string flag = route_of(e.arg()).flag;
   for (const Input* in : inputs) {
-    if (in->name.flag == "--" + arg) {
-      throw std::runtime_error(fmt::format("{}: {} (file shape {}, read as [B, H, N, d] = {})", in->name.who(),
-                                           detail, join_dims(in->array.shape),
-                                           join_dims({in->dims.begin(), in->dims.end()})));
+    if (in->name.flag == flag) {
+      return cli_error(e, in->name.path,
+                       fmt::format(" (file shape {}, read as [B, H, N, d] = {})", join_dims(in->array.shape),
+                                   join_dims({in->dims.begin(), in->dims.end()})));
     }
   }
-  const std::string flag = arg == "o" ? "--out" : "--" + arg;
-  for (const Output* out : outputs) {
-    if (out->name.flag == flag) throw std::runtime_error(fmt::format("{}: {}", out->name.who(), detail));
-  }
-  if (arg == "scale" || arg == "isa" || arg == "threads") {
-    throw std::runtime_error(fmt::format("--{}: {}", arg, detail));
-  }
-  throw std::runtime_error(e.what());
+  for (const Output& out : outputs)
+    if (out.name.flag == flag) return cli_error(e, out.name.path);
+  return cli_error(e);
 }
 
 struct Settings {
@@ -191,7 +183,8 @@ struct Settings {
   int threads = 0;
 };
 
-// Flag values, checked before any file is read (bad values are usage errors).
+// Flag syntax and combinations, checked before any file is read (usage
+// errors). The values' ranges are the library's to check.
 Settings check_flags(const RunArgs& args) {
   Settings s;
   if (args.layout == "bhsd") {
@@ -201,47 +194,18 @@ Settings check_flags(const RunArgs& args) {
   } else {
     throw UsageError(fmt::format("--layout: expected bhsd or bshd, got '{}'", args.layout));
   }
-  if (!args.scale.empty()) {
-    const double x = parse_finite_double("--scale", args.scale);
-    if (!(x > 0)) throw UsageError(fmt::format("--scale: expected a number > 0, got {}", args.scale));
-    // The kernels multiply in float32.
-    if (!std::isfinite(static_cast<float>(x)) || static_cast<float>(x) == 0.0f) {
-      throw UsageError(fmt::format("--scale: expected a number representable in float32, got {}", args.scale));
-    }
-    s.scale = x;
-  }
-  try {
-    s.isa = parse_isa(args.isa);
-  } catch (const Error&) {
-    throw UsageError(fmt::format("--isa: expected auto, scalar or avx2, got '{}'", args.isa));
-  }
-  const std::int64_t threads = parse_integer("--threads", args.threads, 0);
-  if (threads > 1024) {
-    throw UsageError(fmt::format("--threads: expected 0 (one per hardware thread) or 1..1024, got {}", threads));
-  }
-  s.threads = static_cast<int>(threads);
-  s.window_left = parse_integer("--window-left", args.window_left, -1);
-  s.window_right = parse_integer("--window-right", args.window_right, -1);
-  if (!args.softcap.empty()) {
-    s.softcap = parse_finite_double("--softcap", args.softcap);
-    if (!(s.softcap > 0)) throw UsageError(fmt::format("--softcap: expected a number > 0, got {}", args.softcap));
-  }
+  if (!args.scale.empty()) s.scale = parse_finite_double("--scale", args.scale);
+  s.isa = parse_isa(args.isa);
+  s.threads = parse_int("--threads", args.threads);
+  s.window_left = parse_integer("--window-left", args.window_left);
+  s.window_right = parse_integer("--window-right", args.window_right);
+  if (!args.softcap.empty()) s.softcap = parse_finite_double("--softcap", args.softcap);
   if (args.cu_seqlens_q.empty() != args.cu_seqlens_k.empty())
     throw UsageError("--cu-seqlens-q and --cu-seqlens-k: expected both (a packed batch) or neither");
   if (!args.cu_seqlens_q.empty() && !args.probs.empty())
     throw UsageError("--probs: not available with packed sequences (--cu-seqlens-q/k)");
 
-  // Two outputs on one path would silently overwrite each other.
-  std::vector<std::pair<std::string, std::string>> outs = {{"--out", args.out}};
-  if (!args.lse.empty()) outs.emplace_back("--lse", args.lse);
-  if (!args.probs.empty()) outs.emplace_back("--probs", args.probs);
-  for (std::size_t i = 0; i < outs.size(); ++i) {
-    for (std::size_t j = i + 1; j < outs.size(); ++j) {
-      if (fs::absolute(outs[i].second).lexically_normal() == fs::absolute(outs[j].second).lexically_normal()) {
-        throw UsageError(fmt::format("{} and {} name the same file {}", outs[i].first, outs[j].first, outs[j].second));
-      }
-    }
-  }
+  check_distinct({{"--out", args.out}, {"--lse", args.lse}, {"--probs", args.probs}});
   return s;
 }
 
@@ -265,9 +229,6 @@ io::NpyArray load_cu(const std::string& flag, const std::string& path) {
   } catch (const std::exception& e) {
     throw std::runtime_error(fmt::format("{} {}", flag, e.what()));
   }
-  if ((a.dtype != DType::i32 && a.dtype != DType::i64) || a.shape.size() != 1)
-    throw std::runtime_error(fmt::format("{} {}: expected a 1-D int32 or int64 array [n + 1], got {} {}", flag, path,
-                                         dtype_name(a.dtype), join_dims(a.shape)));
   return a;
 }
 
@@ -288,10 +249,10 @@ int run_packed(const RunArgs& args, const Settings& s) {
       throw std::runtime_error(fmt::format("{} {}", flag, e.what()));
     }
     const io::NpyArray& a = x.array;
-    if ((a.dtype != DType::f32 && a.dtype != DType::f64) || a.shape.size() != 3)
-      throw std::runtime_error(fmt::format("{}: expected a 3-D float32 or float64 array [total, heads, d] with "
-                                           "--cu-seqlens-q/k, got {} {}",
-                                           x.name.who(), dtype_name(a.dtype), join_dims(a.shape)));
+    // Packed arrays are 3-D (the rank is the form; dtype and sizes are the library's).
+    if (a.shape.size() != 3)
+      throw UsageError(fmt::format("{}: expected a 3-D array [total, heads, d] with --cu-seqlens-q/k, got {} {}",
+                                   x.name.who(), dtype_name(a.dtype), join_dims(a.shape)));
     if (a.dtype == DType::f64 && !args.reference) {
       const double* src = a.as<double>();
       x.converted.assign(src, src + a.numel());
@@ -313,11 +274,15 @@ int run_packed(const RunArgs& args, const Settings& s) {
                      TensorView::contiguous(outputs[0].bytes.data(), out_dtype, {tq, h, dv}), cu_q.view(), cu_k.view(),
                      opt, -1, -1, args.reference);
   } catch (const Error& e) {
-    const std::string arg = e.arg();
-    std::string flag = arg == "o" ? "--out" : "--" + arg;
-    for (char& c : flag)
-      if (c == '_') c = '-';
-    throw std::runtime_error(fmt::format("{}: expected {}, got {}", flag, e.expected(), e.got()));
+    const std::string flag = route_of(e.arg()).flag;
+    std::string file;
+    for (const Input& x : in)
+      if (x.name.flag == flag) file = x.name.path;
+    for (const Output& out : outputs)
+      if (out.name.flag == flag) file = out.name.path;
+    if (flag == "--cu-seqlens-q") file = args.cu_seqlens_q;
+    if (flag == "--cu-seqlens-k") file = args.cu_seqlens_k;
+    throw cli_error(e, file);
   }
   StagedOutputs files("run");
   for (const Output& out : outputs)
@@ -342,7 +307,7 @@ int run_run(const RunArgs& args) {
   const int rank = static_cast<int>(q.array.shape.size());
   for (const Input* in : {&k, &v}) {
     if (in->array.shape.size() != q.array.shape.size()) {
-      throw std::runtime_error(fmt::format("{}: expected rank {} like --q {} ({} for layout {}), got rank {} {}",
+      throw UsageError(fmt::format("{}: expected rank {} like --q {} ({} for layout {}), got rank {} {}",
                                            in->name.who(), rank, q.name.path, layout_axes(s.layout, rank),
                                            args.layout, in->array.shape.size(), join_dims(in->array.shape)));
     }
@@ -355,9 +320,9 @@ int run_run(const RunArgs& args) {
     bool overflow = false;
     for (std::int64_t x : {b, h, n_q, n_kv}) overflow |= x < 0 || __builtin_mul_overflow(count, x, &count);
     if (overflow || count > kMaxProbsElements) {
-      throw std::runtime_error(fmt::format(
-          "--probs {}: expected at most {} elements (B*H*Nq*Nkv), got {}*{}*{}*{}{}", args.probs, kMaxProbsElements,
-          b, h, n_q, n_kv, overflow ? "" : fmt::format(" = {}", count)));
+      throw cli_error(Error("probs", fmt::format("at most {} elements (B*H*Nq*Nkv)", kMaxProbsElements),
+                            fmt::format("{}*{}*{}*{}{}", b, h, n_q, n_kv, overflow ? "" : fmt::format(" = {}", count))),
+                      args.probs);
     }
   }
 
@@ -383,9 +348,7 @@ int run_run(const RunArgs& args) {
       attention(q.view, k.view, v.view, o, opt);
     }
   } catch (const Error& e) {
-    std::vector<const Output*> outs;
-    for (const Output& out : outputs) outs.push_back(&out);
-    rethrow_named(e, {&q, &k, &v}, outs);
+    throw named_error(e, {&q, &k, &v}, outputs);
   }
 
   StagedOutputs files("run");
@@ -449,7 +412,7 @@ const Registrar kRegistrar{Command{
       sub.add_option("--window-right", args->window_right, "Sliding window: keys j <= p + RIGHT (-1 = unbounded)")
           ->type_name("RIGHT")
           ->capture_default_str();
-      sub.add_option("--softcap", args->softcap, "Softcap c > 0: s <- c·tanh(s/c) on the scaled scores")->type_name("C");
+      sub.add_option("--softcap", args->softcap, "Softcap c > 0: s <- c·tanh(s/c) on the scaled scores (0 = off)")->type_name("C");
       sub.add_option("--cu-seqlens-q", args->cu_seqlens_q,
                      "Packed batch: int32/int64 prefix sums [n + 1] of query rows; Q, O are then [total_q, H, d]")
           ->type_name("PATH");
@@ -458,7 +421,7 @@ const Registrar kRegistrar{Command{
           ->type_name("PATH");
       sub.add_flag("--reference", args->reference,
                    "Use the float64 oracle (float64 inputs stay float64; writes float64)");
-      sub.add_option("--isa", args->isa, "Kernel instruction set: auto, scalar or avx2")
+      sub.add_option("--isa", args->isa, "Kernel instruction set: " + isa_choices())
           ->type_name("ISA")
           ->capture_default_str();
       sub.add_option("--threads", args->threads, "Worker threads, 0 = one per hardware thread")

@@ -14,7 +14,11 @@
 //
 // Inputs and attributes carry ONNX's names and meanings (see the operator's
 // specification); every check throws sdpa::Error naming the ONNX input or
-// attribute, and a rejected call leaves `out` unchanged.
+// attribute, and a rejected call leaves `out` unchanged. What the operator
+// shares with sdpa::attention (shapes, scale, softcap, windows, mask
+// broadcasting, nonpad_kv_seqlen's values) is checked there, once, and comes
+// back under the ONNX name with the library's wording ("K: expected head size
+// d=8 (from q), got 6 in [2, 2, 5, 6]").
 //
 // Types. Q, K and past_key share one type T1 and V and past_value one type T2,
 // each float16, bfloat16, float32 or float64; Y and qk_matmul_output are T1,

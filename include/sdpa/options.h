@@ -28,7 +28,7 @@ enum class ScoresStage : std::uint8_t {
 
 // Instruction sets with a kernel. `automatic` picks the best one the CPU and OS
 // support; naming one the CPU lacks is an error. The SDPA_ISA environment
-// variable (scalar|avx2) overrides `automatic`.
+// variable (auto|scalar|avx2|avx512) overrides `automatic`.
 enum class Isa : std::uint8_t { automatic, scalar, avx2, avx512, neon };
 
 // Largest probability matrix P (elements, B*H*Nq*Nkv) the library will fill:

@@ -23,7 +23,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -223,35 +222,38 @@ Tensor make_tensor(DType dtype, std::vector<std::int64_t> shape, const char* nam
   return t;
 }
 
-// The library names its arguments after its own API; say which ONNX input,
-// output or attribute that is.
-[[noreturn]] void rethrow_onnx(const Error& e) {
-  static const std::pair<const char*, const char*> kNames[] = {
-      {"q", "Q"},
-      {"k", "K"},
-      {"v", "V"},
-      {"o", "Y"},
-      {"mask", "attn_mask"},
-      {"scores", "qk_matmul_output"},
-      {"key_lengths", "nonpad_kv_seqlen"},
-      {"position_offsets", "nonpad_kv_seqlen"},
-      {"window_left", "left_window_size"},
-      {"window_right", "right_window_size"},
-  };
-  if (e.arg().empty()) throw e;
-  for (const auto& [lib, name] : kNames)
-    if (e.arg() == lib) throw Error(name, e.expected(), e.got());
+// The library names its arguments after its own API; the operator's are ONNX's.
+constexpr std::pair<const char*, const char*> kOnnxNames[] = {
+    {"q", "Q"},
+    {"k", "K"},
+    {"v", "V"},
+    {"o", "Y"},
+    {"mask", "attn_mask"},
+    {"scores", "qk_matmul_output"},
+    {"scores_stage", "qk_matmul_output_mode"},
+    {"key_lengths", "nonpad_kv_seqlen"},
+    {"position_offsets", "nonpad_kv_seqlen"},
+    {"window_left", "left_window_size"},
+    {"window_right", "right_window_size"},
+    {"scale", "scale"},
+    {"softcap", "softcap"},
+};
+
+// Rethrows a library error under the ONNX name of its argument; `note`, when
+// given, says how the layer derived the view the library saw from the input.
+[[noreturn]] void rethrow_onnx(const Error& e, const std::string& note = "") {
+  for (const auto& [lib, name] : kOnnxNames)
+    if (e.arg() == lib) throw Error(name, e.expected(), e.got() + note);
   throw e;
 }
 
-std::string num(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", x);
-  return buf;
-}
-
 // ---------------------------------------------------------------------------
-// Checks
+// Checks. Only what the operator defines beyond the library is checked here:
+// opsets, ONNX-only attributes, the 3-D and 4-D input forms, the types T1/T2,
+// the past_key/past_value cache and what the layer itself must read to build
+// the library's call (conversions, concatenations, mask padding, offsets).
+// Shapes, scale, softcap, windows, mask broadcasting and key lengths are the
+// library's to check; its errors are renamed to ONNX's names (see kOnnxNames).
 
 void check_attributes(const AttentionAttributes& a) {
   if (a.opset < 23 || a.opset > 25) throw Error("opset", "23, 24 or 25", str(a.opset));
@@ -263,40 +265,53 @@ void check_attributes(const AttentionAttributes& a) {
     if (p != 1 && p != 10 && p != 11 && p != 16)
       throw Error("softmax_precision", "1 (FLOAT), 10 (FLOAT16), 11 (DOUBLE) or 16 (BFLOAT16)", str(p));
   }
-  if (a.scale && !(std::isfinite(*a.scale) && *a.scale > 0)) throw Error("scale", "a finite number > 0", num(*a.scale));
-  if (!(std::isfinite(a.softcap) && a.softcap >= 0))
-    throw Error("softcap", "0 (off) or a finite number > 0", num(a.softcap));
   if (a.q_num_heads && *a.q_num_heads < 1) throw Error("q_num_heads", "a head count >= 1", str(*a.q_num_heads));
   if (a.kv_num_heads && *a.kv_num_heads < 1) throw Error("kv_num_heads", "a head count >= 1", str(*a.kv_num_heads));
   for (const auto& [name, w] :
-       {std::pair{"left_window_size", a.left_window_size}, std::pair{"right_window_size", a.right_window_size}}) {
-    if (w < -1) throw Error(name, "-1 (unbounded) or a key count >= 0", str(w));
+       {std::pair{"left_window_size", a.left_window_size}, std::pair{"right_window_size", a.right_window_size}})
     if (a.opset < 25 && w != -1)
       throw Error(name, "-1 at opset " + str(a.opset) + " (the attribute exists from opset 25)", str(w));
-  }
 }
 
 struct Shape {
-  std::int64_t b = 0, hq = 0, hkv = 0, sq = 0, skv = 0, past = 0, t = 0, d = 0, dv = 0;
+  std::int64_t b = 0, hq = 0, hkv = 0, sq = 0, skv = 0, past = 0, t = 0, dv = 0;
   bool short_mask = false;  // attn_mask's last axis is shorter than T (padded with -inf)
   std::int64_t mask_keys = 0;
 };
 
-// what: "batch B (from Q)" -> "expected batch B=2 (from Q), got 3 in [3, 4, 5, 8]".
-void check_size(const TensorView& t, const char* name, int axis, std::int64_t want, const std::string& what) {
-  if (t.shape[axis] == want) return;
-  const auto paren = what.find(" (");
-  const std::string label = paren == std::string::npos ? what + "=" + str(want)
-                                                       : what.substr(0, paren) + "=" + str(want) + what.substr(paren);
-  throw Error(name, label, str(t.shape[axis]) + " in " + dims(t));
+// The layer reads, converts and copies these inputs itself, and sizes its
+// outputs from them, before the library sees them: they must be views it can
+// walk (the library checks them again as its own arguments, after renaming).
+void check_readable(const TensorView& t, const char* name) {
+  if (t.rank < 1 || t.rank > kMaxRank) throw Error(name, "a tensor of rank 1 to 4", "rank " + str(t.rank));
+  for (int ax = 0; ax < t.rank; ++ax)
+    if (t.shape[ax] < 0) throw Error(name, "non-negative sizes", dims(t));
+  if (t.numel() > 0 && t.data == nullptr) throw Error(name, "non-null data", "nullptr");
 }
 
-// Splits a 3-D input's hidden axis into `heads` heads; returns the head size.
-std::int64_t split_hidden(const TensorView& t, const char* name, std::int64_t heads, const char* attr) {
+// Splits a 3-D input's hidden axis into `heads` heads.
+void check_hidden(const TensorView& t, const char* name, std::int64_t heads, const char* attr) {
   if (t.shape[2] % heads != 0)
     throw Error(name, std::string("a hidden size divisible by ") + attr + "=" + str(heads),
                 str(t.shape[2]) + " in " + dims(t));
-  return t.shape[2] / heads;
+}
+
+// past (B, kv_num_heads, P, X) is concatenated with `now` (the same, with the
+// new sequence length) into a present output: every axis but the sequence must
+// match `now`, and the sequence `length` when one is given.
+void check_past(const TensorView& past, const char* name, const TensorView& now, const char* now_name, const char* x,
+                std::optional<std::int64_t> length) {
+  const std::string axes = std::string("(B, kv_num_heads, past_sequence_length, ") + x + ")";
+  if (past.rank != 4) throw Error(name, "a 4-D tensor " + axes, "rank " + str(past.rank) + " " + dims(past));
+  const char* names[4] = {"B", "kv_num_heads", "past_sequence_length", x};
+  for (int ax = 0; ax < 4; ++ax) {
+    const bool from_past = ax == 2;
+    if (from_past && !length) continue;
+    const std::int64_t want = from_past ? *length : now.shape[ax];
+    if (past.shape[ax] != want)
+      throw Error(name, std::string(names[ax]) + "=" + str(want) + " (from " + (from_past ? "past_key" : now_name) + ")",
+                  str(past.shape[ax]) + " in " + dims(past));
+  }
 }
 
 Shape check_inputs(const AttentionInputs& in, const AttentionAttributes& a) {
@@ -313,27 +328,23 @@ Shape check_inputs(const AttentionInputs& in, const AttentionAttributes& a) {
                 "rank " + str(q.rank) + " " + dims(q));
   if (k.rank != q.rank) throw Error("K", "rank " + str(q.rank) + " (from Q)", "rank " + str(k.rank) + " " + dims(k));
   if (v.rank != q.rank) throw Error("V", "rank " + str(q.rank) + " (from Q)", "rank " + str(v.rank) + " " + dims(v));
-  for (const auto& [name, t] : {std::pair{"Q", &q}, std::pair{"K", &k}, std::pair{"V", &v}})
-    for (int ax = 0; ax < t->rank; ++ax)
-      if (t->shape[ax] < 0) throw Error(name, "non-negative sizes", dims(*t));
+  check_readable(q, "Q");
+  check_readable(k, "K");
+  check_readable(v, "V");
 
   Shape s;
   s.b = q.shape[0];
-  std::int64_t dk = 0;
   if (q.rank == 3) {
     if (!a.q_num_heads) throw Error("q_num_heads", "a value for 3-D inputs", "none");
     if (!a.kv_num_heads) throw Error("kv_num_heads", "a value for 3-D inputs", "none");
     s.hq = *a.q_num_heads;
     s.hkv = *a.kv_num_heads;
+    check_hidden(q, "Q", s.hq, "q_num_heads");
+    check_hidden(k, "K", s.hkv, "kv_num_heads");
+    check_hidden(v, "V", s.hkv, "kv_num_heads");
     s.sq = q.shape[1];
-    s.d = split_hidden(q, "Q", s.hq, "q_num_heads");
-    check_size(k, "K", 0, s.b, "batch B (from Q)");
     s.skv = k.shape[1];
-    dk = split_hidden(k, "K", s.hkv, "kv_num_heads");
-    check_size(v, "V", 0, s.b, "batch B (from Q)");
-    check_size(v, "V", 1, s.skv, "kv_sequence_length (from K)");
-    s.dv = split_hidden(v, "V", s.hkv, "kv_num_heads");
-    if (s.hq % s.hkv != 0) throw Error("kv_num_heads", "a divisor of q_num_heads=" + str(s.hq), str(s.hkv));
+    s.dv = v.shape[2] / s.hkv;
   } else {
     if (a.opset >= 25 && (a.q_num_heads || a.kv_num_heads)) {
       const char* name = a.q_num_heads ? "q_num_heads" : "kv_num_heads";
@@ -341,26 +352,14 @@ Shape check_inputs(const AttentionInputs& in, const AttentionAttributes& a) {
     }
     s.hq = q.shape[1];
     s.sq = q.shape[2];
-    s.d = q.shape[3];
-    check_size(k, "K", 0, s.b, "batch B (from Q)");
     s.hkv = k.shape[1];
     s.skv = k.shape[2];
-    dk = k.shape[3];
-    check_size(v, "V", 0, s.b, "batch B (from Q)");
-    check_size(v, "V", 1, s.hkv, "kv_num_heads (from K)");
-    check_size(v, "V", 2, s.skv, "kv_sequence_length (from K)");
     s.dv = v.shape[3];
     if (a.q_num_heads && *a.q_num_heads != s.hq)
       throw Error("q_num_heads", str(s.hq) + " (the heads of Q " + dims(q) + ") or no value", str(*a.q_num_heads));
     if (a.kv_num_heads && *a.kv_num_heads != s.hkv)
       throw Error("kv_num_heads", str(s.hkv) + " (the heads of K " + dims(k) + ") or no value", str(*a.kv_num_heads));
-    if (s.hq < 1) throw Error("Q", "q_num_heads >= 1", str(s.hq) + " in " + dims(q));
-    if (s.hkv < 1 || s.hq % s.hkv != 0)
-      throw Error("K", "kv_num_heads dividing q_num_heads=" + str(s.hq) + " (from Q)", str(s.hkv) + " in " + dims(k));
   }
-  if (s.d < 1) throw Error("Q", "head size D >= 1", str(s.d) + " in " + dims(q));
-  if (dk != s.d) throw Error("K", "head size D=" + str(s.d) + " (from Q)", str(dk) + " in " + dims(k));
-  if (s.dv < 1) throw Error("V", "head size Dv >= 1", str(s.dv) + " in " + dims(v));
 
   // The KV cache inside the operator: past_key and past_value, together.
   const TensorView &pk = in.past_key, &pv = in.past_value;
@@ -373,26 +372,16 @@ Shape check_inputs(const AttentionInputs& in, const AttentionAttributes& a) {
       throw Error("past_key", std::string("the type of Q (T1) ") + dtype_name(q.dtype), dtype_name(pk.dtype));
     if (pv.dtype != v.dtype)
       throw Error("past_value", std::string("the type of V (T2) ") + dtype_name(v.dtype), dtype_name(pv.dtype));
-    if (pk.rank != 4)
-      throw Error("past_key", "a 4-D tensor (B, kv_num_heads, past_sequence_length, D)",
-                  "rank " + str(pk.rank) + " " + dims(pk));
-    if (pv.rank != 4)
-      throw Error("past_value", "a 4-D tensor (B, kv_num_heads, past_sequence_length, Dv)",
-                  "rank " + str(pv.rank) + " " + dims(pv));
-    check_size(pk, "past_key", 0, s.b, "batch B (from Q)");
-    check_size(pk, "past_key", 1, s.hkv, "kv_num_heads (from K)");
-    check_size(pk, "past_key", 3, s.d, "head size D (from Q)");
+    check_readable(pk, "past_key");
+    check_readable(pv, "past_value");
+    check_past(pk, "past_key", heads_first(k, s.hkv), "K", "D", std::nullopt);
     s.past = pk.shape[2];
-    if (s.past < 0) throw Error("past_key", "non-negative sizes", dims(pk));
-    check_size(pv, "past_value", 0, s.b, "batch B (from Q)");
-    check_size(pv, "past_value", 1, s.hkv, "kv_num_heads (from K)");
-    check_size(pv, "past_value", 2, s.past, "past_sequence_length (from past_key)");
-    check_size(pv, "past_value", 3, s.dv, "head size Dv (from V)");
+    check_past(pv, "past_value", heads_first(v, s.hkv), "V", "Dv", s.past);
   }
   if (__builtin_add_overflow(s.past, s.skv, &s.t))
     throw Error("past_key", "a total sequence length that fits in 64 bits", dims(pk));
 
-  // The KV cache outside the operator: nonpad_kv_seqlen.
+  // The KV cache outside the operator: nonpad_kv_seqlen (its shape and values are the library's key_lengths).
   const TensorView& np = in.nonpad_kv_seqlen;
   if (np.is_set()) {
     if (a.opset < 24)
@@ -401,51 +390,20 @@ Shape check_inputs(const AttentionInputs& in, const AttentionAttributes& a) {
       throw Error("nonpad_kv_seqlen", "no past_key/past_value alongside (the two KV cache modes exclude each other)",
                   "past_key " + dims(pk));
     if (np.dtype != DType::i64) throw Error("nonpad_kv_seqlen", "int64", dtype_name(np.dtype));
-    if (np.rank != 1 || np.shape[0] != s.b) throw Error("nonpad_kv_seqlen", "shape (B) = [" + str(s.b) + "]", dims(np));
-    if (s.b > 0 && np.data == nullptr) throw Error("nonpad_kv_seqlen", "non-null data", "nullptr");
-    for (std::int64_t bi = 0; bi < s.b; ++bi) {
-      const std::int64_t n = static_cast<const std::int64_t*>(np.data)[bi * np.stride[0]];
-      if (n < 0 || n > s.t)
-        throw Error("nonpad_kv_seqlen", "values in [0, T=" + str(s.t) + "]", str(n) + " at [" + str(bi) + "]");
-    }
+    check_readable(np, "nonpad_kv_seqlen");
   }
 
-  // attn_mask: broadcast from the right against (B, q_num_heads, Sq, T).
+  // attn_mask: whether its last axis is short (ONNX's rule from opset 24; the
+  // library broadcasts the rest).
   const TensorView& m = in.attn_mask;
   if (m.is_set()) {
-    const std::int64_t full[4] = {s.b, s.hq, s.sq, s.t};
-    const std::string target =
-        "(B, q_num_heads, Sq, T) = [" + str(s.b) + ", " + str(s.hq) + ", " + str(s.sq) + ", " + str(s.t) + "]";
-    if (m.rank > 4)
-      throw Error("attn_mask", "rank 1 to 4, broadcastable to " + target, "rank " + str(m.rank) + " " + dims(m));
-    for (int ax = 0; ax < m.rank; ++ax)
-      if (m.shape[ax] < 0) throw Error("attn_mask", "non-negative sizes", dims(m));
-    bool ok = true;
-    for (int ax = 0; ax + 1 < m.rank; ++ax) {
-      const std::int64_t want = full[4 - m.rank + ax];
-      ok &= m.shape[ax] == 1 || m.shape[ax] == want;
-    }
-    const std::int64_t last = m.shape[m.rank - 1];
-    s.mask_keys = last;
-    if (last != s.t) {
-      if (a.opset >= 24 && last < s.t) {
-        s.short_mask = true;  // as in the reference implementation, a last axis of 1 < T is short, not broadcast
-      } else if (a.opset == 23 && last == 1) {
-        s.mask_keys = s.t;  // broadcast
-      } else {
-        ok = false;
-      }
-    }
-    if (!ok)
-      throw Error("attn_mask",
-                  "a shape broadcastable to " + target + " (each axis 1 or full size" +
-                      (a.opset >= 24 ? std::string(", the last one at most T)") : std::string(")")),
-                  dims(m));
-    if (m.numel() > 0 && m.data == nullptr) throw Error("attn_mask", "non-null data", "nullptr");
+    check_readable(m, "attn_mask");
+    s.mask_keys = m.shape[m.rank - 1];
+    // As in the reference implementation, a last axis of 1 < T is short, not broadcast.
+    s.short_mask = a.opset >= 24 && s.mask_keys < s.t;
   }
   return s;
 }
-
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -461,6 +419,7 @@ TensorView Tensor::view() const { return TensorView::contiguous(data.data(), dty
 void attention(const AttentionInputs& in, const AttentionAttributes& attr, AttentionOutputs& out, bool reference) {
   check_attributes(attr);
   const Shape s = check_inputs(in, attr);
+  const TensorView& np = in.nonpad_kv_seqlen;
   const DType compute = reference ? DType::f64 : DType::f32;
   const DType t1 = in.Q.dtype, t2 = in.V.dtype;
 
@@ -477,26 +436,29 @@ void attention(const AttentionInputs& in, const AttentionAttributes& attr, Atten
   const TensorView q = readable(heads_first(in.Q, s.hq), compute, q_keep, "Q");
 
   // K and V as [B, Hkv, T, X]: the new keys alone, or past + new in the present buffers.
-  auto kv = [&](const TensorView& x, const TensorView& past, DType type, std::int64_t width, bool want,
-                const char* name, const char* present_name, Tensor& present, Owned& keep) -> TensorView {
+  // The present buffers take the new keys' own sizes (the past matches them);
+  // the library then checks K and V against Q and each other.
+  auto kv = [&](const TensorView& x, const TensorView& past, DType type, bool want, const char* name,
+                const char* present_name, Tensor& present, Owned& keep) -> TensorView {
     const TensorView x4 = heads_first(x, s.hkv);
     if (!past.is_set() && !want) return readable(x4, compute, keep, name);
-    present = make_tensor(type, {s.b, s.hkv, s.t, width}, present_name);
+    const std::int64_t width = x4.shape[3];
+    present = make_tensor(type, {x4.shape[0], x4.shape[1], s.past + x4.shape[2], width}, present_name);
     TensorView dst = present.view();
     if (past.is_set()) {
       dst.shape[2] = s.past;
       copy_view(past, dst);
       dst.data = present.data.data() + static_cast<std::size_t>(s.past * width) * dtype_size(type);
     }
-    dst.shape[2] = s.skv;
+    dst.shape[2] = x4.shape[2];
     copy_view(x4, dst);
     return readable(present.view(), compute, keep, present_name);
   };
   // With a past the concatenation is built (and read) even when the caller does not want it.
   Tensor present_key, present_value;
-  const TensorView k = kv(in.K, in.past_key, t1, s.d, out.want_present_key, "K", "present_key", present_key, k_keep);
+  const TensorView k = kv(in.K, in.past_key, t1, out.want_present_key, "K", "present_key", present_key, k_keep);
   const TensorView v =
-      kv(in.V, in.past_value, t2, s.dv, out.want_present_value, "V", "present_value", present_value, v_keep);
+      kv(in.V, in.past_value, t2, out.want_present_value, "V", "present_value", present_value, v_keep);
 
   Options opt;
   opt.scale = attr.scale ? std::optional<double>(*attr.scale) : std::nullopt;
@@ -506,22 +468,25 @@ void attention(const AttentionInputs& in, const AttentionAttributes& attr, Atten
   opt.window_right = attr.right_window_size;
 
   // Where query i sits among the keys: i + past length, i + nonpad_kv_seqlen[b] - Sq, or i.
+  // nonpad_kv_seqlen is read only as far as it goes: the library checks its shape and values.
   std::vector<std::int64_t> offsets, key_lengths;
-  const TensorView& np = in.nonpad_kv_seqlen;
-  auto nonpad = [&](std::int64_t b) { return static_cast<const std::int64_t*>(np.data)[b * np.stride[0]]; };
   if (in.past_key.is_set()) {
     offsets.assign(static_cast<std::size_t>(s.b), s.past);
   } else if (np.is_set()) {
-    for (std::int64_t b = 0; b < s.b; ++b) offsets.push_back(nonpad(b) - s.sq);
+    const std::int64_t given = np.rank == 1 ? std::min(np.shape[0], s.b) : 0;
+    for (std::int64_t b = 0; b < s.b; ++b)
+      offsets.push_back((b < given ? static_cast<const std::int64_t*>(np.data)[b * np.stride[0]] : 0) - s.sq);
   } else {
     opt.align = Align::top_left;
   }
   if (!offsets.empty()) opt.position_offsets = TensorView::contiguous(offsets.data(), DType::i64, {s.b});
 
-  // Keys at j >= nonpad_kv_seqlen[b], and beyond a short mask, are padding.
-  if (np.is_set() || s.short_mask) {
-    for (std::int64_t b = 0; b < s.b; ++b)
-      key_lengths.push_back(std::min(np.is_set() ? nonpad(b) : s.t, s.short_mask ? s.mask_keys : s.t));
+  // Keys at j >= nonpad_kv_seqlen[b] are padding; so are the keys beyond a
+  // short mask, which its padding disables too.
+  if (np.is_set()) {
+    opt.key_lengths = np;
+  } else if (s.short_mask) {
+    key_lengths.assign(static_cast<std::size_t>(s.b), s.mask_keys);
     opt.key_lengths = TensorView::contiguous(key_lengths.data(), DType::i64, {s.b});
   }
 
@@ -583,7 +548,9 @@ void attention(const AttentionInputs& in, const AttentionAttributes& attr, Atten
       sdpa::attention(q, k, v, o, opt);
     }
   } catch (const Error& e) {
-    rethrow_onnx(e);
+    rethrow_onnx(e, e.arg() == "mask" && s.short_mask
+                        ? " (attn_mask " + dims(in.attn_mask) + " padded to T=" + str(s.t) + " keys)"
+                        : "");
   }
 
   if (t1 != compute) {
