@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "sdpa/error.h"
+#include "sdpa/version.h"
 
 namespace sdpa::cli {
 
@@ -20,7 +21,7 @@ int main(int argc, char** argv) {
   using namespace sdpa::cli;
   CLI::App app{"sdpa: scaled dot-product attention, O = softmax(Q·Kᵀ·scale)·V, scale = 1/√d by default"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "sdpa 0.1.0");
+  app.set_version_flag("--version", std::string("sdpa ") + sdpa::version());
 
   std::vector<Command> commands = registry();
   std::sort(commands.begin(), commands.end(),

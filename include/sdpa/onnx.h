@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "sdpa/error.h"
+#include "sdpa/export.h"
 #include "sdpa/tensor_view.h"
 
 namespace sdpa::onnx {
@@ -79,7 +80,7 @@ struct AttentionAttributes {
 };
 
 // An owned C-order tensor: an output of attention().
-struct Tensor {
+struct SDPA_API Tensor {
   DType dtype = DType::f32;
   std::vector<std::int64_t> shape;  // empty: not produced
   std::vector<std::byte> data;      // numel() * dtype_size(dtype) bytes
@@ -107,7 +108,7 @@ struct AttentionOutputs {
 
 // Runs the operator. reference = true uses sdpa::reference_attention (float64).
 // Throws sdpa::Error naming the ONNX input, output or attribute at fault.
-void attention(const AttentionInputs& in, const AttentionAttributes& attr, AttentionOutputs& out,
+SDPA_API void attention(const AttentionInputs& in, const AttentionAttributes& attr, AttentionOutputs& out,
                bool reference = false);
 
 }  // namespace sdpa::onnx
