@@ -32,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli_util.h"
 #include "commands.h"
 #include "cpu/dispatch.h"
 #include "io/npy.h"
@@ -260,7 +261,7 @@ const Registrar reg{{"bench", "Benchmark sdpa against the measured FMA peak, DRA
                        sub.add_option("--repeats", *repeats, "timed repeats per shape (the median is reported)")
                            ->capture_default_str();
                        sub.add_flag("--no-baseline", *no_baseline, "skip the OpenBLAS baseline");
-                       sub.add_option("--isa", *isa, "auto, scalar, avx2 or avx512")->capture_default_str();
+                       sub.add_option("--isa", *isa, "Kernel instruction set: " + isa_choices())->capture_default_str();
                        sub.add_option("--json", *json, "also write the results as JSON to this file");
                        return [=] { return run_bench(*which, *ns, *threads, *repeats, !*no_baseline, *isa, *json); };
                      },
