@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <string>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -270,6 +272,123 @@ TEST(ServingErrors, bad_calls_name_their_argument) {
                                 TensorView::contiguous(o1.data(), {1, 1, 1, 8}));
               }),
               ::testing::HasSubstr("block_table: expected page indices in [0, num_pages=4), got 7 at [0, 1]"));
+}
+
+// A paged cache of 2 sequences, 1 KV head, d = dv = 4, page_size 2, 4 pages
+// per sequence, all in one float buffer `mem` (after `before` spare floats) so
+// that outputs can be placed next to, or inside, the pages.
+template <class T>
+struct PagedCall {
+  static constexpr std::int64_t b = 2, h = 1, d = 4, page_size = 2, num_pages = 8;
+  std::vector<T> mem;
+  std::int64_t before;
+  std::vector<std::int32_t> table = {0, 1, 2, 3, 4, 5, 6, 7}, lens = {3, 5};
+  std::vector<T> q = std::vector<T>(b * h * d, T(0.5)), kn = std::vector<T>(b * d, T(2)), vn = kn;
+  Options opt;
+  bool reference = false;
+  explicit PagedCall(std::int64_t before_, std::int64_t after) : mem(before_ + 2 * pool() + after, T(1)), before(before_) {}
+  static std::int64_t pool() { return num_pages * page_size * d; }
+  T* k_pages() { return mem.data() + before; }
+  T* v_pages() { return k_pages() + pool(); }
+  T* end() { return v_pages() + pool(); }
+  void run(const TensorView& o) {
+    attention_paged(TensorView::contiguous(q.data(), {b, h, 1, d}),
+                    TensorView::contiguous(k_pages(), {num_pages, page_size, 1, d}),
+                    TensorView::contiguous(v_pages(), {num_pages, page_size, 1, d}),
+                    TensorView::contiguous(table.data(), DType::i32, {b, 4}),
+                    TensorView::contiguous(lens.data(), DType::i32, {b}), TensorView::contiguous(kn.data(), {b, 1, 1, d}),
+                    TensorView::contiguous(vn.data(), {b, 1, 1, d}), o, opt, reference);
+  }
+};
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
+TEST(ServingOverlap, paged_lse_overlapping_a_page_pool_is_rejected_before_writing) {
+  PagedCall<float> c(0, 0);
+  std::vector<float> o(c.b * c.d, 42.0f);
+  const std::vector<float> before = c.mem;
+  c.opt.lse = TensorView::contiguous(c.v_pages() + 5, {c.b, c.h, 1});
+  EXPECT_EQ(error_of([&] { c.run(TensorView::contiguous(o.data(), {c.b, c.h, 1, c.d})); }),
+            "v_pages: expected memory disjoint from output lse, got overlapping views");
+  EXPECT_EQ(c.mem, before) << "the rejected call appended k_new/v_new";
+  for (float x : o) EXPECT_EQ(x, 42.0f);
+  // Without new keys the pools are inputs only.
+  c.opt.lse = TensorView::contiguous(c.k_pages() + 7, {c.b, c.h, 1});
+  EXPECT_EQ(error_of([&] {
+              attention_paged(TensorView::contiguous(c.q.data(), {c.b, c.h, 1, c.d}),
+                              TensorView::contiguous(c.k_pages(), {c.num_pages, c.page_size, 1, c.d}),
+                              TensorView::contiguous(c.v_pages(), {c.num_pages, c.page_size, 1, c.d}),
+                              TensorView::contiguous(c.table.data(), DType::i32, {c.b, 4}),
+                              TensorView::contiguous(c.lens.data(), DType::i32, {c.b}), TensorView(), TensorView(),
+                              TensorView::contiguous(o.data(), {c.b, c.h, 1, c.d}), c.opt);
+            }),
+            "lse: expected memory disjoint from input k_pages, got overlapping views");
+  EXPECT_EQ(c.mem, before);
+}
+
+// O [B, H, 1, d] with its batch axis reversed: data points at the last batch
+// entry and stride_b is negative, so the view reaches below data.
+TensorView reversed_o(float* last_entry, std::int64_t b, std::int64_t d) {
+  TensorView o = TensorView::contiguous(last_entry, {b, 1, 1, d});
+  o.stride[0] = -d;
+  return o;
+}
+
+TEST(ServingOverlap, negative_strides_are_measured_from_their_lowest_address) {
+  // O sits right after the pages, reversed: disjoint, accepted, and equal to
+  // the same call with a plain O.
+  PagedCall<float> c(0, 2 * 4);
+  const std::vector<float> start = c.mem;
+  c.run(reversed_o(c.end() + 4, c.b, c.d));
+  std::vector<float> got(c.end(), c.end() + 8);
+  c.mem = start;
+  std::vector<float> plain(8);
+  c.run(TensorView::contiguous(plain.data(), {c.b, 1, 1, c.d}));
+  EXPECT_EQ(std::vector<float>(got.begin() + 4, got.end()), std::vector<float>(plain.begin(), plain.begin() + 4));
+  EXPECT_EQ(std::vector<float>(got.begin(), got.begin() + 4), std::vector<float>(plain.begin() + 4, plain.end()));
+  // Reversed O whose data lies past the pools but whose first entry reaches
+  // back into v_pages: rejected, nothing written.
+  c.mem = start;
+  EXPECT_EQ(error_of([&] { c.run(reversed_o(c.end() + 2, c.b, c.d)); }),
+            "v_pages: expected memory disjoint from output o, got overlapping views");
+  EXPECT_EQ(c.mem, start);
+  // The same on a dense call: Q is mem[0, 8), O reversed over mem[8, 16) is
+  // fine; one float lower it overlaps Q.
+  std::vector<float> mem(16, 0.5f), k(2 * 3 * 4, 1.0f);
+  auto dense = [&](float* last_entry) {
+    attention(TensorView::contiguous(mem.data(), {2, 1, 1, 4}), TensorView::contiguous(k.data(), {2, 1, 3, 4}),
+              TensorView::contiguous(k.data(), {2, 1, 3, 4}), reversed_o(last_entry, 2, 4));
+  };
+  EXPECT_EQ(error_of([&] { dense(mem.data() + 12); }), "accepted");
+  EXPECT_EQ(error_of([&] { dense(mem.data() + 11); }), "o: expected memory disjoint from input q, got overlapping views");
+}
+
+TEST(ServingOverlap, float64_views_on_the_reference_path) {
+  // f64 O over doubles [0, 8) and pages from double 5 on: only O's upper half
+  // overlaps k_pages (4-byte elements would have missed it).
+  PagedCall<double> c(5, 0);
+  c.reference = true;
+  const std::vector<double> start = c.mem;
+  EXPECT_EQ(error_of([&] { c.run(TensorView::contiguous(c.mem.data(), {c.b, 1, 1, c.d})); }),
+            "k_pages: expected memory disjoint from output o, got overlapping views");
+  EXPECT_EQ(c.mem, start);
+  // Accepted with O elsewhere: the append and the oracle read f64 pages as the
+  // f32 call reads f32 ones.
+  std::vector<double> o64(c.b * c.d);
+  c.run(TensorView::contiguous(o64.data(), {c.b, 1, 1, c.d}));
+  PagedCall<float> f(5, 0);
+  f.reference = true;
+  std::vector<float> o32(f.b * f.d);
+  f.run(TensorView::contiguous(o32.data(), {f.b, 1, 1, f.d}));
+  for (std::size_t i = 0; i < o32.size(); ++i) EXPECT_NEAR(o64[i], o32[i], 1e-6) << i;
+  for (std::size_t i = 0; i < f.mem.size(); ++i) ASSERT_EQ(c.mem[i], static_cast<double>(f.mem[i])) << i;
 }
 
 INSTANTIATE_TEST_SUITE_P(Isa, Serving, ::testing::ValuesIn(compiled_isas()), isa_param_name);
