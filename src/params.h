@@ -1,7 +1,9 @@
-// Params: the validated form of one attention call, filled once by
-// make_params() at the API boundary and read-only afterwards. The reference
-// oracle and every kernel read the same struct; nothing below the API
-// re-checks what is recorded here.
+// Params: the validated form of one attention call, built by make_params()
+// (src/api/validate.cpp, the only code that writes one) from a Call at the API
+// boundary and read-only afterwards. Every kernel reads the same struct;
+// nothing below the API re-checks what is recorded here. The reference oracle
+// reads only its data members and works out visibility and K/V addresses on
+// its own (src/reference/attention_ref.cpp).
 #pragma once
 
 #include <cstdint>

@@ -120,6 +120,14 @@ Operand operand(const TensorView& t) {
   return op;
 }
 
+// K or V from its 4-D view; stride_b is the page stride when paged (the view's
+// own stride_b is 0 there, see paged_layout).
+Operand kv_operand(const TensorView& t, std::int64_t stride_b) {
+  Operand op = operand(t);
+  op.stride_b = stride_b;
+  return op;
+}
+
 // A 1-D int32/int64 view read into int64.
 std::vector<std::int64_t> read_ints(const TensorView& t, const char* name, std::int64_t want_len, const char* what) {
   if (t.rank != 1) throw Error(name, std::string("a 1-D view ") + what, "rank " + str(t.rank));
@@ -178,6 +186,8 @@ struct Layout {
   TensorView lse;          // Options::lse as [B, H, Nq], or unset
   std::string k_name = "k", v_name = "v";
   std::int64_t b = 0;      // batch entries (sequences when packed)
+  std::int64_t n_q = 0, n_kv = 0;  // Params::n_q, n_kv: the longest sequence when packed or cached
+  std::int64_t k_stride_b = 0, v_stride_b = 0;  // of Params::k, v: the page strides when paged
   std::int64_t n_kv_views = 0;  // the Nkv axis of mask, probs, scores: K's keys, or the capacity
   std::string n_kv_from = "keys Nkv (from k)";
   std::vector<std::int64_t> cu_q, cu_k;  // packed
@@ -217,8 +227,11 @@ Layout dense_layout(const Call& c) {
   l.v = c.v;
   l.o = c.o;
   l.lse = c.opt->lse;
-  if (c.q.rank == 4) l.b = c.q.shape[0];
-  l.n_kv_views = c.k.shape[2];
+  l.b = c.q.shape[0];
+  l.n_q = c.q.shape[2];
+  l.n_kv = l.n_kv_views = c.k.shape[2];
+  l.k_stride_b = c.k.stride[0];
+  l.v_stride_b = c.v.stride[0];
   return l;
 }
 
@@ -249,6 +262,10 @@ Layout packed_layout(const Call& c) {
     l.lse.stride = {0, opt.lse.stride[0], opt.lse.stride[1]};
   }
   l.b = static_cast<std::int64_t>(l.cu_q.size()) - 1;
+  for (std::int64_t s = 0; s < l.b; ++s) {
+    l.n_q = std::max(l.n_q, l.cu_q[s + 1] - l.cu_q[s]);
+    l.n_kv = std::max(l.n_kv, l.cu_k[s + 1] - l.cu_k[s]);
+  }
   l.n_kv_views = l.k.shape[2];
   return l;
 }
@@ -286,7 +303,10 @@ void check_cache(const Call& c, Layout& l, std::int64_t h_kv, std::int64_t d, st
       throw Error("cache_seqlens", "lengths with cache_seqlens + n_new <= capacity (" + str(capacity) + ")",
                   str(lens[i]) + " + " + str(l.n_new) + " at [" + str(i) + "]");
     l.totals.push_back(lens[i] + l.n_new);
+    // Attend to the longest sequence, not the capacity.
+    l.n_kv = std::max(l.n_kv, l.totals.back());
   }
+  l.n_q = c.q.shape[2];
 }
 
 Layout cache_layout(const Call& c) {
@@ -304,6 +324,8 @@ Layout cache_layout(const Call& c) {
   l.lse = c.opt->lse;
   l.n_kv_views = c.k.shape[2];
   l.n_kv_from = "keys Nkv (capacity, from k_cache)";
+  l.k_stride_b = c.k.stride[0];
+  l.v_stride_b = c.v.stride[0];
   return l;
 }
 
@@ -360,6 +382,8 @@ Layout paged_layout(const Call& c) {
   l.o = c.o;
   l.lse = c.opt->lse;
   l.n_kv_views = capacity;
+  l.k_stride_b = k_pages.stride[0];
+  l.v_stride_b = v_pages.stride[0];
   l.n_kv_from = "keys Nkv (capacity max_pages * page_size, from block_table and k_pages)";
   return l;
 }
@@ -445,8 +469,8 @@ void check_operands(Params& p, const Layout& l, Path path) {
   p.d = d;
   p.dv = dv;
   p.group = h_kv > 0 ? h / h_kv : 1;
-  p.n_q = l.q.shape[2];
-  p.n_kv = l.k.shape[2];
+  p.n_q = l.n_q;
+  p.n_kv = l.n_kv;
 }
 
 void check_scalars(Params& p, const Options& opt) {
@@ -566,33 +590,14 @@ Params make_params(const Call& c) {
   check_overlaps(c, l);
 
   p.q = operand(l.q);
-  p.k = operand(l.k);
-  p.v = operand(l.v);
+  p.k = kv_operand(l.k, l.k_stride_b);
+  p.v = kv_operand(l.v, l.v_stride_b);
   p.o = operand(l.o);
-  switch (c.storage) {
-    case KvStorage::dense: break;
-    case KvStorage::packed:
-      p.cu_q = std::move(l.cu_q);
-      p.cu_k = std::move(l.cu_k);
-      p.n_q = p.n_kv = 0;
-      for (std::int64_t s = 0; s < p.b; ++s) {
-        p.n_q = std::max(p.n_q, p.cu_q[s + 1] - p.cu_q[s]);
-        p.n_kv = std::max(p.n_kv, p.cu_k[s + 1] - p.cu_k[s]);
-      }
-      break;
-    case KvStorage::paged:
-      p.page_table = l.page_table;
-      p.page_size = l.page_size;
-      p.k.stride_b = c.k.stride[0];
-      p.v.stride_b = c.v.stride[0];
-      [[fallthrough]];
-    case KvStorage::cache:
-      // Attend to the longest sequence, not the capacity.
-      p.n_kv = 0;
-      for (std::int64_t t : l.totals) p.n_kv = std::max(p.n_kv, t);
-      p.key_lengths = std::move(l.totals);
-      break;
-  }
+  p.cu_q = std::move(l.cu_q);
+  p.cu_k = std::move(l.cu_k);
+  if (c.storage == KvStorage::cache || c.storage == KvStorage::paged) p.key_lengths = std::move(l.totals);
+  p.page_table = l.page_table;
+  p.page_size = l.page_size;
   return p;
 }
 
