@@ -391,6 +391,101 @@ TEST(ServingOverlap, float64_views_on_the_reference_path) {
   for (std::size_t i = 0; i < f.mem.size(); ++i) ASSERT_EQ(c.mem[i], static_cast<double>(f.mem[i])) << i;
 }
 
+TEST(ServingErrors, rejected_cache_calls_name_their_argument_and_write_nothing) {
+  const std::int64_t b = 2, h = 2, h_kv = 1, cap = 8, d = 4;
+  Cache cache(b, h_kv, cap, d, 50);
+  const std::vector<float> k_before = cache.k, v_before = cache.v;
+  std::vector<std::int32_t> lens = {2, 5};
+  std::vector<float> kn(b * h_kv * d, 3.0f), q(b * h * d, 0.5f), o(b * h * d, 42.0f);
+  const TensorView qv = TensorView::contiguous(q.data(), {b, h, 1, d}), ov = TensorView::contiguous(o.data(), {b, h, 1, d});
+  const TensorView lv = TensorView::contiguous(lens.data(), DType::i32, {b});
+  const TensorView knv = TensorView::contiguous(kn.data(), {b, h_kv, 1, d});
+  auto kvcache = [&](const TensorView& k_new, const TensorView& v_new, const Options& opt) {
+    return error_of([&] { attention_kvcache(qv, cache.kv(), cache.vv(), lv, k_new, v_new, ov, opt); });
+  };
+  EXPECT_THAT(kvcache(knv, TensorView(), {}), ::testing::StartsWith("v_new: expected to be given together with k_new"));
+  EXPECT_THAT(kvcache(TensorView(), knv, {}), ::testing::StartsWith("k_new: expected to be given together with v_new"));
+  Options padded;
+  padded.key_lengths = lv;
+  EXPECT_THAT(kvcache(knv, knv, padded), ::testing::StartsWith("key_lengths: expected unset with a KV cache"));
+  std::vector<double> k64(kn.begin(), kn.end());
+  EXPECT_THAT(kvcache(TensorView::contiguous(k64.data(), {b, h_kv, 1, d}), knv, {}),
+              ::testing::StartsWith("k_new: expected float32 [B=2, Hkv=1, n_new, 4], got float64"));
+  // New keys read from the cache they are appended to.
+  EXPECT_EQ(kvcache(TensorView::contiguous(cache.k.data() + 4 * d, {b, h_kv, 1, d}), knv, {}),
+            "k_cache: expected memory disjoint from input k_new, got overlapping views");
+  // An output inside the cache.
+  EXPECT_EQ(error_of([&] {
+              attention_kvcache(qv, cache.kv(), cache.vv(), lv, knv, knv,
+                                TensorView::contiguous(cache.v.data() + 3, {b, h, 1, d}));
+            }),
+            "v_cache: expected memory disjoint from output o, got overlapping views");
+  // A paged call with new keys and one bad page index writes no page.
+  std::vector<float> pages(6 * 2 * d, 1.0f);
+  const std::vector<float> pages_before = pages;
+  std::vector<std::int32_t> table = {0, 1, 2, 3, 4, 9};
+  EXPECT_THAT(error_of([&] {
+                attention_paged(qv, TensorView::contiguous(pages.data(), {6, 2, 1, d}),
+                                TensorView::contiguous(pages.data(), {6, 2, 1, d}),
+                                TensorView::contiguous(table.data(), DType::i32, {b, 3}), lv, knv, knv, ov);
+              }),
+              ::testing::HasSubstr("block_table: expected page indices in [0, num_pages=6), got 9 at [1, 2]"));
+  Options masked;
+  std::vector<float> mask(8, 0.0f);
+  masked.mask = TensorView::contiguous(mask.data(), {8});
+  EXPECT_THAT(error_of([&] {
+                attention_paged(qv, TensorView::contiguous(pages.data(), {6, 2, 1, d}),
+                                TensorView::contiguous(pages.data(), {6, 2, 1, d}),
+                                TensorView::contiguous(table.data(), DType::i32, {b, 3}), lv, knv, knv, ov, masked);
+              }),
+              ::testing::StartsWith("mask: expected unset with a paged cache"));
+  EXPECT_EQ(pages, pages_before);
+  EXPECT_EQ(cache.k, k_before);
+  EXPECT_EQ(cache.v, v_before);
+  for (float x : o) EXPECT_EQ(x, 42.0f);
+}
+
+TEST(ServingErrors, packed_calls_refuse_per_batch_options) {
+  std::vector<float> q(6 * 2 * 4, 0.5f), o(q.size()), probs(64);
+  std::vector<std::int32_t> cu = {0, 2, 6};
+  Options opt;
+  opt.probs = TensorView::contiguous(probs.data(), {1, 2, 6, 6});
+  EXPECT_THAT(error_of([&] {
+                attention_varlen(TensorView::contiguous(q.data(), {6, 2, 4}), TensorView::contiguous(q.data(), {6, 2, 4}),
+                                 TensorView::contiguous(q.data(), {6, 2, 4}), TensorView::contiguous(o.data(), {6, 2, 4}),
+                                 TensorView::contiguous(cu.data(), DType::i32, {3}),
+                                 TensorView::contiguous(cu.data(), DType::i32, {3}), opt);
+              }),
+              ::testing::StartsWith("probs: expected unset with packed sequences"));
+}
+
+// ALiBi slopes [n, H] with packed sequences: one row of slopes per sequence.
+TEST(ServingVarlen, per_sequence_alibi_matches_the_oracle) {
+  const std::int64_t h = 2, d = 8;
+  std::vector<std::int64_t> cu_q = {0, 3, 7}, cu_k = {0, 5, 6};
+  std::vector<float> q = randn(7 * h * d, 60), k = randn(6 * h * d, 61), v = randn(6 * h * d, 62);
+  std::vector<float> slopes = {0.5f, 0.25f, 2.0f, 1.0f}, o(7 * h * d);
+  std::vector<double> ref(o.size());
+  Options opt;
+  opt.causal = true;
+  opt.alibi_slopes = TensorView::contiguous(slopes.data(), {2, h});
+  auto call = [&](const TensorView& out, bool reference) {
+    attention_varlen(TensorView::contiguous(q.data(), {7, h, d}), TensorView::contiguous(k.data(), {6, h, d}),
+                     TensorView::contiguous(v.data(), {6, h, d}), out, TensorView::contiguous(cu_q.data(), DType::i64, {3}),
+                     TensorView::contiguous(cu_k.data(), DType::i64, {3}), opt, -1, -1, reference);
+  };
+  call(TensorView::contiguous(o.data(), {7, h, d}), false);
+  call(TensorView::contiguous(ref.data(), {7, h, d}), true);
+  for (std::size_t i = 0; i < o.size(); ++i) EXPECT_NEAR(o[i], ref[i], 2e-6) << i;
+  // Sequence 1 alone, with its own row of slopes.
+  std::vector<float> one(4 * h * d);
+  Options single = opt;
+  single.alibi_slopes = TensorView::contiguous(slopes.data() + h, {h});
+  attention(TensorView::bshd(q.data() + 3 * h * d, 1, 4, h, d), TensorView::bshd(k.data() + 5 * h * d, 1, 1, h, d),
+            TensorView::bshd(v.data() + 5 * h * d, 1, 1, h, d), TensorView::bshd(one.data(), 1, 4, h, d), single);
+  EXPECT_EQ(0, std::memcmp(one.data(), o.data() + 3 * h * d, one.size() * 4));
+}
+
 INSTANTIATE_TEST_SUITE_P(Isa, Serving, ::testing::ValuesIn(compiled_isas()), isa_param_name);
 
 }  // namespace
