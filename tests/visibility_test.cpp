@@ -146,6 +146,10 @@ Rows paged(std::int64_t page_size, bool reference) {
   std::vector<std::int32_t> table(b * max_pages);
   for (std::int64_t e = 0; e < b * max_pages; ++e) table[e] = static_cast<std::int32_t>((e * 7 + 3) % num_pages);
   const std::vector<std::int32_t> lens = {4, 2};
+  // Entries past a sequence's keys are never read: make them unusable.
+  for (std::int64_t s = 0; s < b; ++s)
+    for (std::int64_t e = (lens[s] + 1 + page_size - 1) / page_size; e < max_pages; ++e)
+      table[s * max_pages + e] = std::numeric_limits<std::int32_t>::max();
   std::vector<float> kp(num_pages * page_size, 0.0f), vp(num_pages * page_size * dv, 0.0f);
   for (std::int64_t s = 0; s < b; ++s)
     for (std::int64_t j = 0; j < lens[s]; ++j) {

@@ -340,7 +340,11 @@ Layout paged_layout(const Call& c) {
       v_pages.shape[2] != k_pages.shape[2])
     throw Error("v_pages", "num_pages, page_size and Hkv as k_pages " + k_pages.shape_string(), v_pages.shape_string());
   if (c.q.rank != 4) throw Error("q", "a 4-D view [B, H, Nq, d]", "rank " + str(c.q.rank));
-  if (c.opt->mask.is_set()) throw Error("mask", "unset with a paged cache", "a view");
+  // probs and scores would cover keys past a sequence's length, whose block
+  // table entries are not checked.
+  for (auto [t, name] : {std::pair{&c.opt->mask, "mask"}, std::pair{&c.opt->probs, "probs"},
+                         std::pair{&c.opt->scores, "scores"}})
+    if (t->is_set()) throw Error(name, "unset with a paged cache", "a view");
   const std::int64_t b = c.q.shape[0], num_pages = k_pages.shape[0], page_size = k_pages.shape[1];
   const TensorView& table = c.block_table;
   if (table.rank != 2 || table.shape[0] != b || table.shape[1] < 0)

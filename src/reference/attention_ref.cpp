@@ -140,6 +140,14 @@ void run(const Params& p) {
         const double pos = static_cast<double>(i) + off;
         double m = -kInf;
         for (std::int64_t j = 0; j < n_kv; ++j) {
+          // Keys a query cannot see are read only to report their scores
+          // (never with pages: past a sequence's keys its block table may hold anything).
+          const bool in_range = key_visible(p, b, i, j);
+          if (!in_range && !p.scores.data) {
+            vis[j] = 0;
+            s[j] = -kInf;
+            continue;
+          }
           double dot = 0;
           for (std::int64_t c = 0; c < p.d; ++c) dot += load(p.q, b, h, row, c) * load_kv(p, p.k, b, hk, j, c);
           double x = p.scale * dot;
@@ -147,7 +155,7 @@ void run(const Params& p) {
           if (p.softcap > 0) x = p.softcap * std::tanh(x / p.softcap);
           if (p.scores.data && p.scores_stage == ScoresStage::softcapped) store(p.scores, b, h, i, j, x);
           double add = 0;
-          vis[j] = key_visible(p, b, i, j) && mask_allows(p, b, h, i, j, add);
+          vis[j] = in_range && mask_allows(p, b, h, i, j, add);
           x += add - slope * std::abs(pos - static_cast<double>(j));
           s[j] = vis[j] ? x : -kInf;
           if (p.scores.data && p.scores_stage == ScoresStage::masked) store(p.scores, b, h, i, j, s[j]);
