@@ -439,6 +439,13 @@ TEST(ServingErrors, rejected_cache_calls_name_their_argument_and_write_nothing) 
                                 TensorView::contiguous(table.data(), DType::i32, {b, 3}), lv, knv, knv, ov, masked);
               }),
               ::testing::StartsWith("mask: expected unset with a paged cache"));
+  // Sizes are reported in the pages' own layout.
+  EXPECT_EQ(error_of([&] {
+              attention_paged(qv, TensorView::contiguous(pages.data(), {12, 2, 1, 2}),
+                              TensorView::contiguous(pages.data(), {12, 2, 1, 2}),
+                              TensorView::contiguous(table.data(), DType::i32, {b, 3}), lv, TensorView(), TensorView(), ov);
+            }),
+            "k_pages: expected head size d=4 (from q), got 2 in [12, 2, 1, 2]");
   EXPECT_EQ(pages, pages_before);
   EXPECT_EQ(cache.k, k_before);
   EXPECT_EQ(cache.v, v_before);

@@ -103,11 +103,13 @@ void check_dtype(const TensorView& t, const std::string& name, Path path) {
 }
 
 // what: "batch B (from q)" -> message "expected batch B=2 (from q), got 1 in [1, 4, 5, 8]".
-void check_size(const TensorView& t, const std::string& name, int axis, std::int64_t want, const std::string& what) {
+// `shown`: the caller's view when t is a reshaped one (pages), for the message.
+void check_size(const TensorView& t, const std::string& name, int axis, std::int64_t want, const std::string& what,
+                const TensorView* shown = nullptr) {
   const auto paren = what.find(" (");
   const std::string label = paren == std::string::npos ? what + "=" + str(want)
                                                        : what.substr(0, paren) + "=" + str(want) + what.substr(paren);
-  if (t.shape[axis] != want) throw Error(name, label, str(t.shape[axis]) + " in " + dims(t));
+  if (t.shape[axis] != want) throw Error(name, label, str(t.shape[axis]) + " in " + dims(shown ? *shown : t));
 }
 
 Operand operand(const TensorView& t) {
@@ -185,6 +187,7 @@ struct Layout {
   TensorView q, k, v, o;   // Q [B,H,Nq,d], K [B,Hkv,N,d], V [B,Hkv,N,dv], O [B,H,Nq,dv]
   TensorView lse;          // Options::lse as [B, H, Nq], or unset
   std::string k_name = "k", v_name = "v";
+  const TensorView *k_shown = nullptr, *v_shown = nullptr;  // the caller's K and V, when k and v are reshaped
   std::int64_t b = 0;      // batch entries (sequences when packed)
   std::int64_t n_q = 0, n_kv = 0;  // Params::n_q, n_kv: the longest sequence when packed or cached
   std::int64_t k_stride_b = 0, v_stride_b = 0;  // of Params::k, v: the page strides when paged
@@ -383,6 +386,8 @@ Layout paged_layout(const Call& c) {
   l.q = c.q;
   l.k = as_view(k_pages);
   l.v = as_view(v_pages);
+  l.k_shown = &c.k;
+  l.v_shown = &c.v;
   l.o = c.o;
   l.lse = c.opt->lse;
   l.n_kv_views = capacity;
@@ -454,14 +459,14 @@ void check_operands(Params& p, const Layout& l, Path path) {
 
   const std::int64_t b = l.q.shape[0], h = l.q.shape[1], d = l.q.shape[3], h_kv = l.k.shape[1], dv = l.v.shape[3];
   if (d < 1) throw Error("q", "head size d >= 1", str(d) + " in " + dims(l.q));
-  check_size(l.k, kn, 0, b, "batch B (from q)");
-  check_size(l.k, kn, 3, d, "head size d (from q)");
+  check_size(l.k, kn, 0, b, "batch B (from q)", l.k_shown);
+  check_size(l.k, kn, 3, d, "head size d (from q)", l.k_shown);
   if (h_kv == 0 ? h != 0 : h % h_kv != 0)
-    throw Error(kn, "heads Hkv dividing H=" + str(h) + " (from q)", str(h_kv) + " in " + dims(l.k));
-  check_size(l.v, vn, 0, b, "batch B (from q)");
-  check_size(l.v, vn, 1, h_kv, "heads Hkv (from " + kn + ")");
-  check_size(l.v, vn, 2, l.k.shape[2], "keys Nkv (from " + kn + ")");
-  if (dv < 1) throw Error(vn, "value size dv >= 1", str(dv) + " in " + dims(l.v));
+    throw Error(kn, "heads Hkv dividing H=" + str(h) + " (from q)", str(h_kv) + " in " + dims(l.k_shown ? *l.k_shown : l.k));
+  check_size(l.v, vn, 0, b, "batch B (from q)", l.v_shown);
+  check_size(l.v, vn, 1, h_kv, "heads Hkv (from " + kn + ")", l.v_shown);
+  check_size(l.v, vn, 2, l.k.shape[2], "keys Nkv (from " + kn + ")", l.v_shown);
+  if (dv < 1) throw Error(vn, "value size dv >= 1", str(dv) + " in " + dims(l.v_shown ? *l.v_shown : l.v));
   check_size(l.o, "o", 0, b, "batch B (from q)");
   check_size(l.o, "o", 1, h, "heads H (from q)");
   check_size(l.o, "o", 2, l.q.shape[2], "queries Nq (from q)");
