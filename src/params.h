@@ -71,7 +71,8 @@ struct Params {
   std::vector<std::int64_t> cu_q, cu_k;
 
   // Paged: the caller's block table, int32 or int64 [B, max_pages] (stride_b,
-  // stride_j); every entry below key_lengths[b] is in [0, num_pages). Absent otherwise.
+  // stride_j); the entries that hold keys below key_lengths[b] are in [0, num_pages),
+  // the others are never read. Absent otherwise.
   Broadcast page_table;
   std::int64_t page_size = 0;
 
