@@ -103,6 +103,21 @@ TEST(Errors, output_overlapping_an_input) {
       "lse", {"disjoint from output o"});
 }
 
+TEST(Errors, output_overlapping_a_broadcast_input_or_itself) {
+  // A float mask [Nkv] that lives inside O.
+  expect_rejected([](Call& c) { c.opt.mask = TensorView::contiguous(c.o.data() + 2, {c.n_kv}); }, "o",
+                  {"disjoint from input mask"});
+  // A zero stride on O's query axis: every query would write the same row.
+  expect_rejected([](Call& c) { c.ov.stride[2] = 0; }, "o", {"distinct addresses"});
+  // A negative stride that reaches back into K.
+  expect_rejected(
+      [](Call& c) {
+        c.opt.lse = TensorView::contiguous(c.k.data() + c.k.size() - 1, {c.b, c.h, c.n_q});
+        c.opt.lse.stride = {-c.h * c.n_q, -c.n_q, 1, 0};
+      },
+      "lse", {"disjoint from input k"});
+}
+
 TEST(Errors, bad_scale) {
   for (double s : {0.0, -1.0, std::nan(""), double(INFINITY), 1e300}) {
     expect_rejected([s](Call& c) { c.opt.scale = s; }, "scale", {"expected"});

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <string>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -270,6 +272,225 @@ TEST(ServingErrors, bad_calls_name_their_argument) {
                                 TensorView::contiguous(o1.data(), {1, 1, 1, 8}));
               }),
               ::testing::HasSubstr("block_table: expected page indices in [0, num_pages=4), got 7 at [0, 1]"));
+}
+
+// A paged cache of 2 sequences, 1 KV head, d = dv = 4, page_size 2, 4 pages
+// per sequence, all in one float buffer `mem` (after `before` spare floats) so
+// that outputs can be placed next to, or inside, the pages.
+template <class T>
+struct PagedCall {
+  static constexpr std::int64_t b = 2, h = 1, d = 4, page_size = 2, num_pages = 8;
+  std::vector<T> mem;
+  std::int64_t before;
+  std::vector<std::int32_t> table = {0, 1, 2, 3, 4, 5, 6, 7}, lens = {3, 5};
+  std::vector<T> q = std::vector<T>(b * h * d, T(0.5)), kn = std::vector<T>(b * d, T(2)), vn = kn;
+  Options opt;
+  bool reference = false;
+  explicit PagedCall(std::int64_t before_, std::int64_t after) : mem(before_ + 2 * pool() + after, T(1)), before(before_) {}
+  static std::int64_t pool() { return num_pages * page_size * d; }
+  T* k_pages() { return mem.data() + before; }
+  T* v_pages() { return k_pages() + pool(); }
+  T* end() { return v_pages() + pool(); }
+  void run(const TensorView& o) {
+    attention_paged(TensorView::contiguous(q.data(), {b, h, 1, d}),
+                    TensorView::contiguous(k_pages(), {num_pages, page_size, 1, d}),
+                    TensorView::contiguous(v_pages(), {num_pages, page_size, 1, d}),
+                    TensorView::contiguous(table.data(), DType::i32, {b, 4}),
+                    TensorView::contiguous(lens.data(), DType::i32, {b}), TensorView::contiguous(kn.data(), {b, 1, 1, d}),
+                    TensorView::contiguous(vn.data(), {b, 1, 1, d}), o, opt, reference);
+  }
+};
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
+TEST(ServingOverlap, paged_lse_overlapping_a_page_pool_is_rejected_before_writing) {
+  PagedCall<float> c(0, 0);
+  std::vector<float> o(c.b * c.d, 42.0f);
+  const std::vector<float> before = c.mem;
+  c.opt.lse = TensorView::contiguous(c.v_pages() + 5, {c.b, c.h, 1});
+  EXPECT_EQ(error_of([&] { c.run(TensorView::contiguous(o.data(), {c.b, c.h, 1, c.d})); }),
+            "v_pages: expected memory disjoint from output lse, got overlapping views");
+  EXPECT_EQ(c.mem, before) << "the rejected call appended k_new/v_new";
+  for (float x : o) EXPECT_EQ(x, 42.0f);
+  // Without new keys the pools are inputs only.
+  c.opt.lse = TensorView::contiguous(c.k_pages() + 7, {c.b, c.h, 1});
+  EXPECT_EQ(error_of([&] {
+              attention_paged(TensorView::contiguous(c.q.data(), {c.b, c.h, 1, c.d}),
+                              TensorView::contiguous(c.k_pages(), {c.num_pages, c.page_size, 1, c.d}),
+                              TensorView::contiguous(c.v_pages(), {c.num_pages, c.page_size, 1, c.d}),
+                              TensorView::contiguous(c.table.data(), DType::i32, {c.b, 4}),
+                              TensorView::contiguous(c.lens.data(), DType::i32, {c.b}), TensorView(), TensorView(),
+                              TensorView::contiguous(o.data(), {c.b, c.h, 1, c.d}), c.opt);
+            }),
+            "lse: expected memory disjoint from input k_pages, got overlapping views");
+  EXPECT_EQ(c.mem, before);
+}
+
+// O [B, H, 1, d] with its batch axis reversed: data points at the last batch
+// entry and stride_b is negative, so the view reaches below data.
+TensorView reversed_o(float* last_entry, std::int64_t b, std::int64_t d) {
+  TensorView o = TensorView::contiguous(last_entry, {b, 1, 1, d});
+  o.stride[0] = -d;
+  return o;
+}
+
+TEST(ServingOverlap, negative_strides_are_measured_from_their_lowest_address) {
+  // O sits right after the pages, reversed: disjoint, accepted, and equal to
+  // the same call with a plain O.
+  PagedCall<float> c(0, 2 * 4);
+  const std::vector<float> start = c.mem;
+  c.run(reversed_o(c.end() + 4, c.b, c.d));
+  std::vector<float> got(c.end(), c.end() + 8);
+  c.mem = start;
+  std::vector<float> plain(8);
+  c.run(TensorView::contiguous(plain.data(), {c.b, 1, 1, c.d}));
+  EXPECT_EQ(std::vector<float>(got.begin() + 4, got.end()), std::vector<float>(plain.begin(), plain.begin() + 4));
+  EXPECT_EQ(std::vector<float>(got.begin(), got.begin() + 4), std::vector<float>(plain.begin() + 4, plain.end()));
+  // Reversed O whose data lies past the pools but whose first entry reaches
+  // back into v_pages: rejected, nothing written.
+  c.mem = start;
+  EXPECT_EQ(error_of([&] { c.run(reversed_o(c.end() + 2, c.b, c.d)); }),
+            "v_pages: expected memory disjoint from output o, got overlapping views");
+  EXPECT_EQ(c.mem, start);
+  // The same on a dense call: Q is mem[0, 8), O reversed over mem[8, 16) is
+  // fine; one float lower it overlaps Q.
+  std::vector<float> mem(16, 0.5f), k(2 * 3 * 4, 1.0f);
+  auto dense = [&](float* last_entry) {
+    attention(TensorView::contiguous(mem.data(), {2, 1, 1, 4}), TensorView::contiguous(k.data(), {2, 1, 3, 4}),
+              TensorView::contiguous(k.data(), {2, 1, 3, 4}), reversed_o(last_entry, 2, 4));
+  };
+  EXPECT_EQ(error_of([&] { dense(mem.data() + 12); }), "accepted");
+  EXPECT_EQ(error_of([&] { dense(mem.data() + 11); }), "o: expected memory disjoint from input q, got overlapping views");
+}
+
+TEST(ServingOverlap, float64_views_on_the_reference_path) {
+  // f64 O over doubles [0, 8) and pages from double 5 on: only O's upper half
+  // overlaps k_pages (4-byte elements would have missed it).
+  PagedCall<double> c(5, 0);
+  c.reference = true;
+  const std::vector<double> start = c.mem;
+  EXPECT_EQ(error_of([&] { c.run(TensorView::contiguous(c.mem.data(), {c.b, 1, 1, c.d})); }),
+            "k_pages: expected memory disjoint from output o, got overlapping views");
+  EXPECT_EQ(c.mem, start);
+  // Accepted with O elsewhere: the append and the oracle read f64 pages as the
+  // f32 call reads f32 ones.
+  std::vector<double> o64(c.b * c.d);
+  c.run(TensorView::contiguous(o64.data(), {c.b, 1, 1, c.d}));
+  PagedCall<float> f(5, 0);
+  f.reference = true;
+  std::vector<float> o32(f.b * f.d);
+  f.run(TensorView::contiguous(o32.data(), {f.b, 1, 1, f.d}));
+  for (std::size_t i = 0; i < o32.size(); ++i) EXPECT_NEAR(o64[i], o32[i], 1e-6) << i;
+  for (std::size_t i = 0; i < f.mem.size(); ++i) ASSERT_EQ(c.mem[i], static_cast<double>(f.mem[i])) << i;
+}
+
+TEST(ServingErrors, rejected_cache_calls_name_their_argument_and_write_nothing) {
+  const std::int64_t b = 2, h = 2, h_kv = 1, cap = 8, d = 4;
+  Cache cache(b, h_kv, cap, d, 50);
+  const std::vector<float> k_before = cache.k, v_before = cache.v;
+  std::vector<std::int32_t> lens = {2, 5};
+  std::vector<float> kn(b * h_kv * d, 3.0f), q(b * h * d, 0.5f), o(b * h * d, 42.0f);
+  const TensorView qv = TensorView::contiguous(q.data(), {b, h, 1, d}), ov = TensorView::contiguous(o.data(), {b, h, 1, d});
+  const TensorView lv = TensorView::contiguous(lens.data(), DType::i32, {b});
+  const TensorView knv = TensorView::contiguous(kn.data(), {b, h_kv, 1, d});
+  auto kvcache = [&](const TensorView& k_new, const TensorView& v_new, const Options& opt) {
+    return error_of([&] { attention_kvcache(qv, cache.kv(), cache.vv(), lv, k_new, v_new, ov, opt); });
+  };
+  EXPECT_THAT(kvcache(knv, TensorView(), {}), ::testing::StartsWith("v_new: expected to be given together with k_new"));
+  EXPECT_THAT(kvcache(TensorView(), knv, {}), ::testing::StartsWith("k_new: expected to be given together with v_new"));
+  Options padded;
+  padded.key_lengths = lv;
+  EXPECT_THAT(kvcache(knv, knv, padded), ::testing::StartsWith("key_lengths: expected unset with a KV cache"));
+  std::vector<double> k64(kn.begin(), kn.end());
+  EXPECT_THAT(kvcache(TensorView::contiguous(k64.data(), {b, h_kv, 1, d}), knv, {}),
+              ::testing::StartsWith("k_new: expected float32 [B=2, Hkv=1, n_new, 4], got float64"));
+  // New keys read from the cache they are appended to.
+  EXPECT_EQ(kvcache(TensorView::contiguous(cache.k.data() + 4 * d, {b, h_kv, 1, d}), knv, {}),
+            "k_cache: expected memory disjoint from input k_new, got overlapping views");
+  // An output inside the cache.
+  EXPECT_EQ(error_of([&] {
+              attention_kvcache(qv, cache.kv(), cache.vv(), lv, knv, knv,
+                                TensorView::contiguous(cache.v.data() + 3, {b, h, 1, d}));
+            }),
+            "v_cache: expected memory disjoint from output o, got overlapping views");
+  // A paged call with new keys and one bad page index writes no page.
+  std::vector<float> pages(6 * 2 * d, 1.0f);
+  const std::vector<float> pages_before = pages;
+  std::vector<std::int32_t> table = {0, 1, 2, 3, 4, 9};
+  EXPECT_THAT(error_of([&] {
+                attention_paged(qv, TensorView::contiguous(pages.data(), {6, 2, 1, d}),
+                                TensorView::contiguous(pages.data(), {6, 2, 1, d}),
+                                TensorView::contiguous(table.data(), DType::i32, {b, 3}), lv, knv, knv, ov);
+              }),
+              ::testing::HasSubstr("block_table: expected page indices in [0, num_pages=6), got 9 at [1, 2]"));
+  Options masked;
+  std::vector<float> mask(8, 0.0f);
+  masked.mask = TensorView::contiguous(mask.data(), {8});
+  EXPECT_THAT(error_of([&] {
+                attention_paged(qv, TensorView::contiguous(pages.data(), {6, 2, 1, d}),
+                                TensorView::contiguous(pages.data(), {6, 2, 1, d}),
+                                TensorView::contiguous(table.data(), DType::i32, {b, 3}), lv, knv, knv, ov, masked);
+              }),
+              ::testing::StartsWith("mask: expected unset with a paged cache"));
+  // Sizes are reported in the pages' own layout.
+  EXPECT_EQ(error_of([&] {
+              attention_paged(qv, TensorView::contiguous(pages.data(), {12, 2, 1, 2}),
+                              TensorView::contiguous(pages.data(), {12, 2, 1, 2}),
+                              TensorView::contiguous(table.data(), DType::i32, {b, 3}), lv, TensorView(), TensorView(), ov);
+            }),
+            "k_pages: expected head size d=4 (from q), got 2 in [12, 2, 1, 2]");
+  EXPECT_EQ(pages, pages_before);
+  EXPECT_EQ(cache.k, k_before);
+  EXPECT_EQ(cache.v, v_before);
+  for (float x : o) EXPECT_EQ(x, 42.0f);
+}
+
+TEST(ServingErrors, packed_calls_refuse_per_batch_options) {
+  std::vector<float> q(6 * 2 * 4, 0.5f), o(q.size()), probs(64);
+  std::vector<std::int32_t> cu = {0, 2, 6};
+  Options opt;
+  opt.probs = TensorView::contiguous(probs.data(), {1, 2, 6, 6});
+  EXPECT_THAT(error_of([&] {
+                attention_varlen(TensorView::contiguous(q.data(), {6, 2, 4}), TensorView::contiguous(q.data(), {6, 2, 4}),
+                                 TensorView::contiguous(q.data(), {6, 2, 4}), TensorView::contiguous(o.data(), {6, 2, 4}),
+                                 TensorView::contiguous(cu.data(), DType::i32, {3}),
+                                 TensorView::contiguous(cu.data(), DType::i32, {3}), opt);
+              }),
+              ::testing::StartsWith("probs: expected unset with packed sequences"));
+}
+
+// ALiBi slopes [n, H] with packed sequences: one row of slopes per sequence.
+TEST(ServingVarlen, per_sequence_alibi_matches_the_oracle) {
+  const std::int64_t h = 2, d = 8;
+  std::vector<std::int64_t> cu_q = {0, 3, 7}, cu_k = {0, 5, 6};
+  std::vector<float> q = randn(7 * h * d, 60), k = randn(6 * h * d, 61), v = randn(6 * h * d, 62);
+  std::vector<float> slopes = {0.5f, 0.25f, 2.0f, 1.0f}, o(7 * h * d);
+  std::vector<double> ref(o.size());
+  Options opt;
+  opt.causal = true;
+  opt.alibi_slopes = TensorView::contiguous(slopes.data(), {2, h});
+  auto call = [&](const TensorView& out, bool reference) {
+    attention_varlen(TensorView::contiguous(q.data(), {7, h, d}), TensorView::contiguous(k.data(), {6, h, d}),
+                     TensorView::contiguous(v.data(), {6, h, d}), out, TensorView::contiguous(cu_q.data(), DType::i64, {3}),
+                     TensorView::contiguous(cu_k.data(), DType::i64, {3}), opt, -1, -1, reference);
+  };
+  call(TensorView::contiguous(o.data(), {7, h, d}), false);
+  call(TensorView::contiguous(ref.data(), {7, h, d}), true);
+  for (std::size_t i = 0; i < o.size(); ++i) EXPECT_NEAR(o[i], ref[i], 2e-6) << i;
+  // Sequence 1 alone, with its own row of slopes.
+  std::vector<float> one(4 * h * d);
+  Options single = opt;
+  single.alibi_slopes = TensorView::contiguous(slopes.data() + h, {h});
+  attention(TensorView::bshd(q.data() + 3 * h * d, 1, 4, h, d), TensorView::bshd(k.data() + 5 * h * d, 1, 1, h, d),
+            TensorView::bshd(v.data() + 5 * h * d, 1, 1, h, d), TensorView::bshd(one.data(), 1, 4, h, d), single);
+  EXPECT_EQ(0, std::memcmp(one.data(), o.data() + 3 * h * d, one.size() * 4));
 }
 
 INSTANTIATE_TEST_SUITE_P(Isa, Serving, ::testing::ValuesIn(compiled_isas()), isa_param_name);

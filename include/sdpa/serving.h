@@ -36,6 +36,9 @@ SDPA_API void attention_varlen(const TensorView& q, const TensorView& k, const T
 // The queries then attend to the first cache_seqlens[b] + n_new keys, aligned
 // bottom-right per sequence (query Nq-1 sits at the last key). A call that
 // would overflow the capacity, or is otherwise bad, throws before anything is written.
+// opt.key_lengths is not available (cache_seqlens gives the lengths); opt.mask,
+// probs and scores span Nkv = capacity, and columns past the longest sequence
+// are not written.
 SDPA_API void attention_kvcache(const TensorView& q, const TensorView& k_cache, const TensorView& v_cache,
                        const TensorView& cache_seqlens, const TensorView& k_new, const TensorView& v_new,
                        const TensorView& o, const Options& opt = {}, bool reference = false);
@@ -44,7 +47,9 @@ SDPA_API void attention_kvcache(const TensorView& q, const TensorView& k_cache, 
 // keys stored in fixed-size pages shared by all sequences.
 //   k_pages [num_pages, page_size, Hkv, d]   v_pages [num_pages, page_size, Hkv, dv]  (any page_size >= 1)
 //   block_table: int32 or int64 [B, max_pages]: key j of sequence b is row j % page_size of page
-//     block_table[b, j / page_size]; every entry a sequence uses must be in [0, num_pages).
+//     block_table[b, j / page_size]; every entry a sequence uses must be in [0, num_pages)
+//     (the entries past its keys are never read).
+// opt.mask, probs and scores are not available with pages.
 SDPA_API void attention_paged(const TensorView& q, const TensorView& k_pages, const TensorView& v_pages,
                      const TensorView& block_table, const TensorView& cache_seqlens, const TensorView& k_new,
                      const TensorView& v_new, const TensorView& o, const Options& opt = {}, bool reference = false);

@@ -9,12 +9,12 @@ namespace sdpa {
 
 void attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
                const Options& opt) {
-  cpu::run(make_params(q, k, v, o, opt, Path::fast));
+  cpu::run(make_params(Call{.q = q, .k = k, .v = v, .o = o, .opt = &opt, .path = Path::fast}));
 }
 
 void reference_attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
                          const Options& opt) {
-  reference::run(make_params(q, k, v, o, opt, Path::reference));
+  reference::run(make_params(Call{.q = q, .k = k, .v = v, .o = o, .opt = &opt, .path = Path::reference}));
 }
 
 }  // namespace sdpa

@@ -1,14 +1,23 @@
-// The one place where the inputs of an attention call are checked.
+// The one place where the inputs of an attention call are checked and the
+// only code that builds Params.
 //
 // Everything a kernel relies on is established here and recorded in Params:
-// ranks, matching sizes, dtypes, contiguous last axes, non-null data, outputs
-// that do not overlap inputs, a usable scale, a thread count and an ISA the
-// CPU can run. A rejected call has written nothing.
+// ranks, matching sizes, dtypes, contiguous last axes, non-null data, prefix
+// sums, cache capacity, page indices, outputs that do not overlap inputs or
+// each other, a usable scale, a thread count and an ISA the CPU can run. A
+// rejected call has written nothing.
+//
+// make_params runs in three steps: the storage (dense, packed, cache, paged)
+// is checked and presented as 4-D views in attention's axes (a Layout); the
+// checks every call shares run on those views; then one overlap check covers
+// every output against every input, in the caller's real views.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -29,18 +38,19 @@ struct ByteRange {
   bool empty() const { return lo == hi; }
 };
 
-ByteRange byte_range(const TensorView& t, const char* name) {
+// From the real element size of the view's dtype; a negative stride extends
+// the range below data, a zero stride not at all.
+ByteRange byte_range(const TensorView& t, const std::string& name) {
   ByteRange r;
-  if (t.numel() == 0) return r;
+  if (t.numel() <= 0) return r;
   const auto base = reinterpret_cast<std::intptr_t>(t.data);
   const std::int64_t es = static_cast<std::int64_t>(dtype_size(t.dtype));
   std::int64_t lo = 0, hi = 0;  // element offsets
   for (int a = 0; a < t.rank; ++a) {
     std::int64_t span = 0;
-    if (__builtin_mul_overflow(t.shape[a] - 1, t.stride[a], &span))
-      throw Error(name, "strides whose extent fits in 64 bits", "stride " + str(t.stride[a]) + " on axis " +
-                                                                     str(a));
-    (span < 0 ? lo : hi) += span;
+    if (__builtin_mul_overflow(t.shape[a] - 1, t.stride[a], &span) ||
+        __builtin_add_overflow(span < 0 ? lo : hi, span, span < 0 ? &lo : &hi))
+      throw Error(name, "strides whose extent fits in 64 bits", "stride " + str(t.stride[a]) + " on axis " + str(a));
   }
   std::int64_t lo_b = 0, hi_b = 0;
   if (__builtin_mul_overflow(lo, es, &lo_b) || __builtin_mul_overflow(hi + 1, es, &hi_b))
@@ -52,8 +62,26 @@ ByteRange byte_range(const TensorView& t, const char* name) {
 
 bool overlap(ByteRange a, ByteRange b) { return !a.empty() && !b.empty() && a.lo < b.hi && b.lo < a.hi; }
 
+// Whether no two elements of an output share an address: with the axes of
+// size > 1 sorted by |stride|, each stride must step over everything the
+// inner axes span (true of every permuted dense layout; false with a zero stride).
+bool distinct_elements(const TensorView& t) {
+  if (t.numel() <= 0) return true;
+  std::vector<std::pair<std::int64_t, std::int64_t>> axes;  // (|stride|, size)
+  for (int a = 0; a < t.rank; ++a)
+    if (t.shape[a] > 1) axes.emplace_back(t.stride[a] < 0 ? -t.stride[a] : t.stride[a], t.shape[a]);
+  std::sort(axes.begin(), axes.end());
+  std::int64_t inner = 1;  // elements' offsets spanned by the inner axes: [0, inner)
+  for (const auto& [stride, size] : axes) {
+    if (stride < inner) return false;
+    if (__builtin_mul_overflow(stride, size - 1, &inner) || __builtin_add_overflow(inner, std::int64_t{1}, &inner))
+      return true;  // the extent check in byte_range reports it
+  }
+  return true;
+}
+
 // Shape and storage checks common to every operand.
-void check_view(const TensorView& t, const char* name, int rank, const char* axes) {
+void check_view(const TensorView& t, const std::string& name, int rank, const char* axes) {
   if (t.rank != rank)
     throw Error(name, "a " + str(rank) + "-D view " + axes, "rank " + str(t.rank) + (t.rank ? " " + dims(t) : ""));
   std::int64_t n = 1;
@@ -67,18 +95,21 @@ void check_view(const TensorView& t, const char* name, int rank, const char* axe
     throw Error(name, "a contiguous last axis (stride 1)", "stride " + str(t.stride[rank - 1]));
 }
 
-void check_dtype(const TensorView& t, const char* name, Path path) {
-  const bool ok = t.dtype == DType::f32 || (path == Path::reference && t.dtype == DType::f64);
-  if (!ok)
+bool float_ok(DType t, Path path) { return t == DType::f32 || (path == Path::reference && t == DType::f64); }
+
+void check_dtype(const TensorView& t, const std::string& name, Path path) {
+  if (!float_ok(t.dtype, path))
     throw Error(name, path == Path::fast ? "float32" : "float32 or float64", dtype_name(t.dtype));
 }
 
 // what: "batch B (from q)" -> message "expected batch B=2 (from q), got 1 in [1, 4, 5, 8]".
-void check_size(const TensorView& t, const char* name, int axis, std::int64_t want, const std::string& what) {
+// `shown`: the caller's view when t is a reshaped one (pages), for the message.
+void check_size(const TensorView& t, const std::string& name, int axis, std::int64_t want, const std::string& what,
+                const TensorView* shown = nullptr) {
   const auto paren = what.find(" (");
   const std::string label = paren == std::string::npos ? what + "=" + str(want)
                                                        : what.substr(0, paren) + "=" + str(want) + what.substr(paren);
-  if (t.shape[axis] != want) throw Error(name, label, str(t.shape[axis]) + " in " + dims(t));
+  if (t.shape[axis] != want) throw Error(name, label, str(t.shape[axis]) + " in " + dims(shown ? *shown : t));
 }
 
 Operand operand(const TensorView& t) {
@@ -91,17 +122,35 @@ Operand operand(const TensorView& t) {
   return op;
 }
 
-// A [B] vector of int32/int64 (per-batch offsets, key lengths).
-Broadcast batch_ints(const TensorView& t, const char* name, std::int64_t b) {
+// K or V from its 4-D view; stride_b is the page stride when paged (the view's
+// own stride_b is 0 there, see paged_layout).
+Operand kv_operand(const TensorView& t, std::int64_t stride_b) {
+  Operand op = operand(t);
+  op.stride_b = stride_b;
+  return op;
+}
+
+// A 1-D int32/int64 view read into int64.
+std::vector<std::int64_t> read_ints(const TensorView& t, const char* name, std::int64_t want_len, const char* what) {
+  if (t.rank != 1) throw Error(name, std::string("a 1-D view ") + what, "rank " + str(t.rank));
+  if (t.dtype != DType::i32 && t.dtype != DType::i64) throw Error(name, "int32 or int64", dtype_name(t.dtype));
+  if (want_len >= 0 && t.shape[0] != want_len)
+    throw Error(name, std::string(what) + " of length " + str(want_len), t.shape_string());
+  if (t.shape[0] < 0) throw Error(name, std::string("a non-negative length ") + what, t.shape_string());
+  if (t.shape[0] > 0 && !t.data) throw Error(name, "non-null data", "nullptr");
+  std::vector<std::int64_t> out(static_cast<std::size_t>(t.shape[0]));
+  for (std::int64_t i = 0; i < t.shape[0]; ++i)
+    out[i] = t.dtype == DType::i64 ? static_cast<const std::int64_t*>(t.data)[i * t.stride[0]]
+                                   : static_cast<const std::int32_t*>(t.data)[i * t.stride[0]];
+  return out;
+}
+
+// A [B] vector of int32/int64 from Options (per-batch offsets, key lengths).
+std::vector<std::int64_t> batch_ints(const TensorView& t, const char* name, std::int64_t b) {
   check_view(t, name, 1, "[B]");
-  if (t.dtype != DType::i32 && t.dtype != DType::i64)
-    throw Error(name, "int32 or int64", dtype_name(t.dtype));
+  if (t.dtype != DType::i32 && t.dtype != DType::i64) throw Error(name, "int32 or int64", dtype_name(t.dtype));
   check_size(t, name, 0, b, "batch B (from q)");
-  Broadcast r;
-  r.data = t.data;
-  r.dtype = t.dtype;
-  r.stride_b = t.stride[0];
-  return r;
+  return read_ints(t, name, b, "[B]");
 }
 
 // A view broadcastable to `full` by NumPy rules (aligned from the right, each
@@ -131,21 +180,240 @@ Broadcast broadcast(const TensorView& t, const char* name, const std::int64_t (&
   return r;
 }
 
-void check_modifiers(Params& p, const Options& opt, Path path) {
+// ---- Storage: each kind checked and presented as 4-D views ----
+
+// The call in attention's axes, for the checks every storage shares.
+struct Layout {
+  TensorView q, k, v, o;   // Q [B,H,Nq,d], K [B,Hkv,N,d], V [B,Hkv,N,dv], O [B,H,Nq,dv]
+  TensorView lse;          // Options::lse as [B, H, Nq], or unset
+  std::string k_name = "k", v_name = "v";
+  const TensorView *k_shown = nullptr, *v_shown = nullptr;  // the caller's K and V, when k and v are reshaped
+  std::int64_t b = 0;      // batch entries (sequences when packed)
+  std::int64_t n_q = 0, n_kv = 0;  // Params::n_q, n_kv: the longest sequence when packed or cached
+  std::int64_t k_stride_b = 0, v_stride_b = 0;  // of Params::k, v: the page strides when paged
+  std::int64_t n_kv_views = 0;  // the Nkv axis of mask, probs, scores: K's keys, or the capacity
+  std::string n_kv_from = "keys Nkv (from k)";
+  std::vector<std::int64_t> cu_q, cu_k;  // packed
+  std::vector<std::int64_t> totals;      // cache, paged: keys after the append
+  std::int64_t n_new = 0;
+  Broadcast page_table;                  // paged
+  std::int64_t page_size = 0;
+};
+
+void check_prefix_sums(const std::vector<std::int64_t>& cu, const char* name, std::int64_t total, std::int64_t max_len) {
+  if (cu.empty()) throw Error(name, "n + 1 >= 1 prefix sums", "an empty array");
+  if (cu[0] != 0) throw Error(name, "prefix sums starting at 0", str(cu[0]) + " at [0]");
+  for (std::size_t s = 1; s < cu.size(); ++s) {
+    if (cu[s] < cu[s - 1])
+      throw Error(name, "non-decreasing prefix sums", str(cu[s]) + " at [" + str(s) + "] after " + str(cu[s - 1]));
+    if (max_len >= 0 && cu[s] - cu[s - 1] > max_len)
+      throw Error(name, "sequences of at most max_seqlen=" + str(max_len),
+                  "length " + str(cu[s] - cu[s - 1]) + " for sequence " + str(s - 1));
+  }
+  if (cu.back() != total) throw Error(name, "a last entry equal to the rows given (" + str(total) + ")", str(cu.back()));
+}
+
+// [N, heads, X] packed rows as the 4-D view [1, heads, N, X].
+TensorView packed_as_4d(const TensorView& t, const char* name, const char* axes) {
+  if (t.rank != 3) throw Error(name, std::string("a 3-D view ") + axes, "rank " + str(t.rank) + " " + t.shape_string());
+  TensorView r = t;
+  r.rank = 4;
+  r.shape = {1, t.shape[1], t.shape[0], t.shape[2]};
+  r.stride = {0, t.stride[1], t.stride[0], t.stride[2]};
+  return r;
+}
+
+Layout dense_layout(const Call& c) {
+  Layout l;
+  l.q = c.q;
+  l.k = c.k;
+  l.v = c.v;
+  l.o = c.o;
+  l.lse = c.opt->lse;
+  l.b = c.q.shape[0];
+  l.n_q = c.q.shape[2];
+  l.n_kv = l.n_kv_views = c.k.shape[2];
+  l.k_stride_b = c.k.stride[0];
+  l.v_stride_b = c.v.stride[0];
+  return l;
+}
+
+Layout packed_layout(const Call& c) {
+  const Options& opt = *c.opt;
+  const char* what = nullptr;
+  if (opt.mask.is_set()) what = "mask";
+  if (opt.probs.is_set()) what = "probs";
+  if (opt.scores.is_set()) what = "scores";
+  if (opt.position_offsets.is_set()) what = "position_offsets";
+  if (opt.key_lengths.is_set()) what = "key_lengths";
+  if (what) throw Error(what, "unset with packed sequences (the lengths come from cu_seqlens)", "a view");
+  Layout l;
+  l.q = packed_as_4d(c.q, "q", "[total_q, H, d]");
+  l.k = packed_as_4d(c.k, "k", "[total_k, Hkv, d]");
+  l.v = packed_as_4d(c.v, "v", "[total_k, Hkv, dv]");
+  l.o = packed_as_4d(c.o, "o", "[total_q, H, dv]");
+  l.cu_q = read_ints(c.cu_seqlens_q, "cu_seqlens_q", -1, "[n + 1]");
+  l.cu_k = read_ints(c.cu_seqlens_k, "cu_seqlens_k", static_cast<std::int64_t>(l.cu_q.size()),
+                     "[n + 1] (as cu_seqlens_q)");
+  check_prefix_sums(l.cu_q, "cu_seqlens_q", l.q.shape[2], c.max_seqlen_q);
+  check_prefix_sums(l.cu_k, "cu_seqlens_k", l.k.shape[2], c.max_seqlen_k);
+  if (opt.lse.is_set()) {
+    if (opt.lse.rank != 2) throw Error("lse", "a 2-D view [H, total_q]", "rank " + str(opt.lse.rank));
+    l.lse = opt.lse;
+    l.lse.rank = 3;
+    l.lse.shape = {1, opt.lse.shape[0], opt.lse.shape[1]};
+    l.lse.stride = {0, opt.lse.stride[0], opt.lse.stride[1]};
+  }
+  l.b = static_cast<std::int64_t>(l.cu_q.size()) - 1;
+  for (std::int64_t s = 0; s < l.b; ++s) {
+    l.n_q = std::max(l.n_q, l.cu_q[s + 1] - l.cu_q[s]);
+    l.n_kv = std::max(l.n_kv, l.cu_k[s + 1] - l.cu_k[s]);
+  }
+  l.n_kv_views = l.k.shape[2];
+  return l;
+}
+
+// Shared by both caches: the new keys/values, the lengths and the capacity.
+// k_dtype / v_dtype: the caches' element types, which k_new / v_new must share.
+void check_cache(const Call& c, Layout& l, std::int64_t h_kv, std::int64_t d, std::int64_t dv, std::int64_t capacity,
+                 DType k_dtype, DType v_dtype) {
+  if (c.q.rank != 4) throw Error("q", "a 4-D view [B, H, Nq, d]", "rank " + str(c.q.rank));
+  if (c.opt->key_lengths.is_set())
+    throw Error("key_lengths", "unset with a KV cache (cache_seqlens gives the lengths)", "a view");
+  const std::int64_t b = c.q.shape[0];
+  l.b = b;
+  const std::vector<std::int64_t> lens = read_ints(c.cache_seqlens, "cache_seqlens", b, "[B]");
+  const TensorView &k_new = c.k_new, &v_new = c.v_new;
+  if (k_new.is_set() != v_new.is_set())
+    throw Error(k_new.is_set() ? "v_new" : "k_new",
+                "to be given together with " + std::string(k_new.is_set() ? "k_new" : "v_new"), "only one of them");
+  if (k_new.is_set()) {
+    for (auto [t, name, x, dt] : {std::tuple{&k_new, "k_new", d, k_dtype}, std::tuple{&v_new, "v_new", dv, v_dtype}}) {
+      const DType want = float_ok(dt, c.path) ? dt : DType::f32;  // a bad cache dtype is reported on the cache
+      if (t->rank != 4 || t->shape[0] != b || t->shape[1] != h_kv || t->shape[2] < 0 || t->shape[3] != x ||
+          t->dtype != want)
+        throw Error(name, std::string(dtype_name(want)) + " [B=" + str(b) + ", Hkv=" + str(h_kv) + ", n_new, " + str(x) + "]",
+                    std::string(dtype_name(t->dtype)) + " " + t->shape_string());
+      if (t->shape[3] > 1 && t->stride[3] != 1) throw Error(name, "a contiguous last axis", "stride " + str(t->stride[3]));
+      if (t->numel() > 0 && !t->data) throw Error(name, "non-null data", "nullptr");
+    }
+    if (v_new.shape[2] != k_new.shape[2])
+      throw Error("v_new", "n_new=" + str(k_new.shape[2]) + " (from k_new)", str(v_new.shape[2]));
+    l.n_new = k_new.shape[2];
+  }
+  for (std::int64_t i = 0; i < b; ++i) {
+    if (lens[i] < 0 || lens[i] > capacity - l.n_new)
+      throw Error("cache_seqlens", "lengths with cache_seqlens + n_new <= capacity (" + str(capacity) + ")",
+                  str(lens[i]) + " + " + str(l.n_new) + " at [" + str(i) + "]");
+    l.totals.push_back(lens[i] + l.n_new);
+    // Attend to the longest sequence, not the capacity.
+    l.n_kv = std::max(l.n_kv, l.totals.back());
+  }
+  l.n_q = c.q.shape[2];
+}
+
+Layout cache_layout(const Call& c) {
+  if (c.k.rank != 4) throw Error("k_cache", "a 4-D view [B, Hkv, capacity, d]", "rank " + str(c.k.rank));
+  if (c.v.rank != 4) throw Error("v_cache", "a 4-D view [B, Hkv, capacity, dv]", "rank " + str(c.v.rank));
+  Layout l;
+  l.k_name = "k_cache";
+  l.v_name = "v_cache";
+  const std::int64_t capacity = std::min(c.k.shape[2], c.v.shape[2]);
+  check_cache(c, l, c.k.shape[1], c.k.shape[3], c.v.shape[3], capacity, c.k.dtype, c.v.dtype);
+  l.q = c.q;
+  l.k = c.k;
+  l.v = c.v;
+  l.o = c.o;
+  l.lse = c.opt->lse;
+  l.n_kv_views = c.k.shape[2];
+  l.n_kv_from = "keys Nkv (capacity, from k_cache)";
+  l.k_stride_b = c.k.stride[0];
+  l.v_stride_b = c.v.stride[0];
+  return l;
+}
+
+Layout paged_layout(const Call& c) {
+  for (auto [t, name, axes] : {std::tuple{&c.k, "k_pages", "[num_pages, page_size, Hkv, d]"},
+                               std::tuple{&c.v, "v_pages", "[num_pages, page_size, Hkv, dv]"}}) {
+    check_view(*t, name, 4, axes);
+    if (t->shape[1] < 1) throw Error(name, "page_size >= 1", t->shape_string());
+  }
+  const TensorView &k_pages = c.k, &v_pages = c.v;
+  if (v_pages.shape[0] != k_pages.shape[0] || v_pages.shape[1] != k_pages.shape[1] ||
+      v_pages.shape[2] != k_pages.shape[2])
+    throw Error("v_pages", "num_pages, page_size and Hkv as k_pages " + k_pages.shape_string(), v_pages.shape_string());
+  if (c.q.rank != 4) throw Error("q", "a 4-D view [B, H, Nq, d]", "rank " + str(c.q.rank));
+  // probs and scores would cover keys past a sequence's length, whose block
+  // table entries are not checked.
+  for (auto [t, name] : {std::pair{&c.opt->mask, "mask"}, std::pair{&c.opt->probs, "probs"},
+                         std::pair{&c.opt->scores, "scores"}})
+    if (t->is_set()) throw Error(name, "unset with a paged cache", "a view");
+  const std::int64_t b = c.q.shape[0], num_pages = k_pages.shape[0], page_size = k_pages.shape[1];
+  const TensorView& table = c.block_table;
+  if (table.rank != 2 || table.shape[0] != b || table.shape[1] < 0)
+    throw Error("block_table", "a 2-D view [B=" + str(b) + ", max_pages]", table.shape_string());
+  if (table.dtype != DType::i32 && table.dtype != DType::i64)
+    throw Error("block_table", "int32 or int64", dtype_name(table.dtype));
+  if (table.numel() > 0 && !table.data) throw Error("block_table", "non-null data", "nullptr");
+  const std::int64_t max_pages = table.shape[1];
+  std::int64_t capacity = 0;
+  if (__builtin_mul_overflow(max_pages, page_size, &capacity))
+    throw Error("block_table", "max_pages * page_size that fits in 64 bits", table.shape_string());
+  Layout l;
+  l.k_name = "k_pages";
+  l.v_name = "v_pages";
+  check_cache(c, l, k_pages.shape[2], k_pages.shape[3], v_pages.shape[3], capacity, k_pages.dtype, v_pages.dtype);
+  l.page_table.data = table.data;
+  l.page_table.dtype = table.dtype;
+  l.page_table.stride_b = table.stride[0];
+  l.page_table.stride_j = table.stride[1];
+  l.page_size = page_size;
+  for (std::int64_t i = 0; i < b; ++i)
+    for (std::int64_t pg = 0; pg < (l.totals[i] + page_size - 1) / page_size; ++pg) {
+      const std::int64_t e = Params::read_int(l.page_table, i, pg);
+      if (e < 0 || e >= num_pages)
+        throw Error("block_table", "page indices in [0, num_pages=" + str(num_pages) + ")",
+                    str(e) + " at [" + str(i) + ", " + str(pg) + "]");
+    }
+  // The shared checks see the pages as [B, Hkv, page_size, d] views of page 0
+  // (sizes, dtypes); the page table does the addressing.
+  auto as_view = [&](const TensorView& t) {
+    TensorView r = t;
+    r.shape = {b, t.shape[2], t.shape[1], t.shape[3]};
+    r.stride = {0, t.stride[2], t.stride[1], t.stride[3]};
+    return r;
+  };
+  l.q = c.q;
+  l.k = as_view(k_pages);
+  l.v = as_view(v_pages);
+  l.k_shown = &c.k;
+  l.v_shown = &c.v;
+  l.o = c.o;
+  l.lse = c.opt->lse;
+  l.n_kv_views = capacity;
+  l.k_stride_b = k_pages.stride[0];
+  l.v_stride_b = v_pages.stride[0];
+  l.n_kv_from = "keys Nkv (capacity max_pages * page_size, from block_table and k_pages)";
+  return l;
+}
+
+// ---- Checks every storage shares ----
+
+void check_modifiers(Params& p, const Layout& l, const Options& opt, Path path) {
   if (opt.position_offsets.is_set()) p.position_offsets = batch_ints(opt.position_offsets, "position_offsets", p.b);
   if (opt.key_lengths.is_set()) {
     p.key_lengths = batch_ints(opt.key_lengths, "key_lengths", p.b);
     for (std::int64_t b = 0; b < p.b; ++b) {
-      const std::int64_t n = Params::read_int(p.key_lengths, b);
-      if (n < 0 || n > p.n_kv)
-        throw Error("key_lengths", "values in [0, Nkv=" + str(p.n_kv) + "]", str(n) + " at [" + str(b) + "]");
+      const std::int64_t n = p.key_lengths[b];
+      if (n < 0 || n > l.n_kv_views)
+        throw Error("key_lengths", "values in [0, Nkv=" + str(l.n_kv_views) + "]", str(n) + " at [" + str(b) + "]");
     }
   }
   if (opt.mask.is_set()) {
     const DType t = opt.mask.dtype;
     const bool ok = t == DType::boolean || t == DType::f32 || t == DType::f16 || (path == Path::reference && t == DType::f64);
     if (!ok) throw Error("mask", "bool, float32 or float16", dtype_name(t));
-    const std::int64_t full[4] = {p.b, p.h, p.n_q, p.n_kv};
+    const std::int64_t full[4] = {p.b, p.h, p.n_q, l.n_kv_views};
     p.mask = broadcast(opt.mask, "mask", full, "[B, H, Nq, Nkv]");
   }
   if (opt.alibi_slopes.is_set()) {
@@ -177,47 +445,47 @@ void check_modifiers(Params& p, const Options& opt, Path path) {
   }
 }
 
-}  // namespace
+// Q, K, V, O: ranks, sizes, dtypes; fills the shape members of p.
+void check_operands(Params& p, const Layout& l, Path path) {
+  const std::string &kn = l.k_name, &vn = l.v_name;
+  check_view(l.q, "q", 4, "[B, H, Nq, d]");
+  check_view(l.k, kn, 4, "[B, Hkv, Nkv, d]");
+  check_view(l.v, vn, 4, "[B, Hkv, Nkv, dv]");
+  check_view(l.o, "o", 4, "[B, H, Nq, dv]");
+  check_dtype(l.q, "q", path);
+  check_dtype(l.k, kn, path);
+  check_dtype(l.v, vn, path);
+  check_dtype(l.o, "o", path);
 
-Params make_params(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
-                   const Options& opt, Path path) {
-  check_view(q, "q", 4, "[B, H, Nq, d]");
-  check_view(k, "k", 4, "[B, Hkv, Nkv, d]");
-  check_view(v, "v", 4, "[B, Hkv, Nkv, dv]");
-  check_view(o, "o", 4, "[B, H, Nq, dv]");
-  check_dtype(q, "q", path);
-  check_dtype(k, "k", path);
-  check_dtype(v, "v", path);
-  check_dtype(o, "o", path);
+  const std::int64_t b = l.q.shape[0], h = l.q.shape[1], d = l.q.shape[3], h_kv = l.k.shape[1], dv = l.v.shape[3];
+  if (d < 1) throw Error("q", "head size d >= 1", str(d) + " in " + dims(l.q));
+  check_size(l.k, kn, 0, b, "batch B (from q)", l.k_shown);
+  check_size(l.k, kn, 3, d, "head size d (from q)", l.k_shown);
+  if (h_kv == 0 ? h != 0 : h % h_kv != 0)
+    throw Error(kn, "heads Hkv dividing H=" + str(h) + " (from q)", str(h_kv) + " in " + dims(l.k_shown ? *l.k_shown : l.k));
+  check_size(l.v, vn, 0, b, "batch B (from q)", l.v_shown);
+  check_size(l.v, vn, 1, h_kv, "heads Hkv (from " + kn + ")", l.v_shown);
+  check_size(l.v, vn, 2, l.k.shape[2], "keys Nkv (from " + kn + ")", l.v_shown);
+  if (dv < 1) throw Error(vn, "value size dv >= 1", str(dv) + " in " + dims(l.v_shown ? *l.v_shown : l.v));
+  check_size(l.o, "o", 0, b, "batch B (from q)");
+  check_size(l.o, "o", 1, h, "heads H (from q)");
+  check_size(l.o, "o", 2, l.q.shape[2], "queries Nq (from q)");
+  check_size(l.o, "o", 3, dv, "value size dv (from " + vn + ")");
 
-  Params p;
-  p.b = q.shape[0];
-  p.h = q.shape[1];
-  p.n_q = q.shape[2];
-  p.d = q.shape[3];
-  p.h_kv = k.shape[1];
-  p.n_kv = k.shape[2];
-  p.dv = v.shape[3];
+  p.b = l.b;
+  p.h = h;
+  p.h_kv = h_kv;
+  p.d = d;
+  p.dv = dv;
+  p.group = h_kv > 0 ? h / h_kv : 1;
+  p.n_q = l.n_q;
+  p.n_kv = l.n_kv;
+}
 
-  if (p.d < 1) throw Error("q", "head size d >= 1", str(p.d) + " in " + dims(q));
-  check_size(k, "k", 0, p.b, "batch B (from q)");
-  check_size(k, "k", 3, p.d, "head size d (from q)");
-  if (p.h_kv == 0 ? p.h != 0 : p.h % p.h_kv != 0)
-    throw Error("k", "heads Hkv dividing H=" + str(p.h) + " (from q)", str(p.h_kv) + " in " + dims(k));
-  check_size(v, "v", 0, p.b, "batch B (from q)");
-  check_size(v, "v", 1, p.h_kv, "heads Hkv (from k)");
-  check_size(v, "v", 2, p.n_kv, "keys Nkv (from k)");
-  if (p.dv < 1) throw Error("v", "value size dv >= 1", str(p.dv) + " in " + dims(v));
-  check_size(o, "o", 0, p.b, "batch B (from q)");
-  check_size(o, "o", 1, p.h, "heads H (from q)");
-  check_size(o, "o", 2, p.n_q, "queries Nq (from q)");
-  check_size(o, "o", 3, p.dv, "value size dv (from v)");
-  p.group = p.h_kv > 0 ? p.h / p.h_kv : 1;
-
+void check_scalars(Params& p, const Options& opt) {
   if (opt.scale) {
     const double s = *opt.scale;
-    if (!std::isfinite(s) || !(s > 0))
-      throw Error("scale", "a finite number > 0", std::to_string(s));
+    if (!std::isfinite(s) || !(s > 0)) throw Error("scale", "a finite number > 0", std::to_string(s));
     if (!std::isfinite(static_cast<float>(s)) || static_cast<float>(s) == 0.0f)
       throw Error("scale", "a number representable in float32", std::to_string(s));
     p.scale = s;
@@ -233,65 +501,131 @@ Params make_params(const TensorView& q, const TensorView& k, const TensorView& v
   if (!(opt.softcap >= 0) || !std::isfinite(opt.softcap))
     throw Error("softcap", "0 (off) or a finite number > 0", std::to_string(opt.softcap));
   p.softcap = opt.softcap;
-  check_modifiers(p, opt, path);
+}
+
+// lse [B, H, Nq]; probs and scores [B, H, Nq, Nkv]: shape and dtype.
+Operand extra_output(const TensorView& t, const char* name, bool matrix, const Params& p, const Layout& l, Path path) {
+  if (matrix) {
+    check_view(t, name, 4, "[B, H, Nq, Nkv]");
+  } else {
+    check_view(t, name, 3, "[B, H, Nq]");
+  }
+  check_dtype(t, name, path);
+  check_size(t, name, 0, l.q.shape[0], "batch B (from q)");  // 1 when packed
+  check_size(t, name, 1, p.h, "heads H (from q)");
+  check_size(t, name, 2, l.q.shape[2], "queries Nq (from q)");
+  if (matrix) {
+    check_size(t, name, 3, l.n_kv_views, l.n_kv_from);
+    if (t.numel() > kMaxProbsElements)
+      throw Error(name, "at most " + str(kMaxProbsElements) + " elements (B*H*Nq*Nkv)", str(t.numel()));
+  }
+  return operand(t);
+}
+
+// One overlap check for the whole call, in the caller's own views: outputs
+// (o, lse, probs, scores, and the caches when k_new/v_new are appended) must
+// be disjoint from every input and from each other, since the kernels read
+// inputs after writing outputs and the append runs before the attention.
+void check_overlaps(const Call& c, const Layout& l) {
+  const Options& opt = *c.opt;
+  const bool append = c.k_new.is_set();
+  struct Named {
+    const TensorView* t;
+    std::string name;
+  };
+  std::vector<Named> inputs = {{&c.q, "q"}};
+  std::vector<Named> outputs = {{&c.o, "o"}, {&opt.lse, "lse"}, {&opt.probs, "probs"}, {&opt.scores, "scores"}};
+  for (const Named& kv : {Named{&c.k, l.k_name}, Named{&c.v, l.v_name}}) (append ? outputs : inputs).push_back(kv);
+  for (const Named& in : {Named{&c.k_new, "k_new"}, Named{&c.v_new, "v_new"}, Named{&opt.mask, "mask"},
+                          Named{&opt.alibi_slopes, "alibi_slopes"}, Named{&opt.sinks, "sinks"},
+                          Named{&opt.position_offsets, "position_offsets"}, Named{&opt.key_lengths, "key_lengths"},
+                          Named{&c.cu_seqlens_q, "cu_seqlens_q"}, Named{&c.cu_seqlens_k, "cu_seqlens_k"},
+                          Named{&c.cache_seqlens, "cache_seqlens"}, Named{&c.block_table, "block_table"}})
+    inputs.push_back(in);
+
+  std::vector<std::pair<ByteRange, const Named*>> in_ranges, out_ranges;
+  for (const Named& in : inputs)
+    if (in.t->is_set()) in_ranges.emplace_back(byte_range(*in.t, in.name), &in);
+  for (const Named& out : outputs) {
+    if (!out.t->is_set()) continue;
+    if (!distinct_elements(*out.t))
+      throw Error(out.name, "elements at distinct addresses (no stride that maps two elements to one place)",
+                  "strides in " + dims(*out.t));
+    const ByteRange r = byte_range(*out.t, out.name);
+    for (const auto& [in_r, in] : in_ranges)
+      if (overlap(r, in_r)) throw Error(out.name, "memory disjoint from input " + in->name, "overlapping views");
+    for (const auto& [out_r, other] : out_ranges) {
+      // K and V caches may share one interleaved buffer ([..., 2, Hkv, d]): their
+      // byte ranges overlap without any element doing so.
+      if (other->t == &c.k && out.t == &c.v) continue;
+      if (overlap(r, out_r)) throw Error(out.name, "memory disjoint from output " + other->name, "overlapping views");
+    }
+    out_ranges.emplace_back(r, &out);
+  }
+}
+
+}  // namespace
+
+Params make_params(const Call& c) {
+  if (!c.opt) throw Error("opt", "Options", "nullptr");
+  const Options& opt = *c.opt;
+  Layout l;
+  switch (c.storage) {
+    case KvStorage::dense: l = dense_layout(c); break;
+    case KvStorage::packed: l = packed_layout(c); break;
+    case KvStorage::cache: l = cache_layout(c); break;
+    case KvStorage::paged: l = paged_layout(c); break;
+  }
+
+  Params p;
+  check_operands(p, l, c.path);
+  p.storage = c.storage;
+  check_scalars(p, opt);
+  check_modifiers(p, l, opt, c.path);
 
   if (opt.threads < 0 || opt.threads > 1024)
     throw Error("threads", "0 (all hardware threads) or 1..1024", str(opt.threads));
   p.threads = opt.threads > 0 ? opt.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   p.isa = cpu::select_isa(opt.isa);
 
-  p.q = operand(q);
-  p.k = operand(k);
-  p.v = operand(v);
-  p.o = operand(o);
-
-  // Outputs must not overlap any input or each other: the kernels read inputs
-  // after writing outputs.
-  const ByteRange in[3] = {byte_range(q, "q"), byte_range(k, "k"), byte_range(v, "v")};
-  const char* in_names[3] = {"q", "k", "v"};
-  auto check_output = [&](const TensorView& t, const char* name) {
-    const ByteRange r = byte_range(t, name);
-    for (int i = 0; i < 3; ++i)
-      if (overlap(r, in[i]))
-        throw Error(name, std::string("memory disjoint from input ") + in_names[i], "overlapping views");
-    return r;
-  };
-  // Every optional output: its shape, dtype, and memory disjoint from the
-  // inputs and from each output checked before it.
-  std::vector<std::pair<ByteRange, const char*>> outputs = {{check_output(o, "o"), "o"}};
-  auto check_extra_output = [&](const TensorView& t, const char* name, bool matrix) {
-    if (matrix) {
-      check_view(t, name, 4, "[B, H, Nq, Nkv]");
-    } else {
-      check_view(t, name, 3, "[B, H, Nq]");
-    }
-    check_dtype(t, name, path);
-    check_size(t, name, 0, p.b, "batch B (from q)");
-    check_size(t, name, 1, p.h, "heads H (from q)");
-    check_size(t, name, 2, p.n_q, "queries Nq (from q)");
-    if (matrix) {
-      check_size(t, name, 3, p.n_kv, "keys Nkv (from k)");
-      if (t.numel() > kMaxProbsElements)
-        throw Error(name, "at most " + str(kMaxProbsElements) + " elements (B*H*Nq*Nkv)", str(t.numel()));
-    }
-    const ByteRange r = check_output(t, name);
-    for (const auto& [other, other_name] : outputs)
-      if (overlap(r, other))
-        throw Error(name, std::string("memory disjoint from output ") + other_name, "overlapping views");
-    outputs.emplace_back(r, name);
-    Operand op = operand(t);
-    op.stride_n = t.stride[2];
-    return op;
-  };
-  if (opt.lse.is_set()) p.lse = check_extra_output(opt.lse, "lse", false);
-  if (opt.probs.is_set()) p.probs = check_extra_output(opt.probs, "probs", true);
+  if (l.lse.is_set()) p.lse = extra_output(l.lse, "lse", false, p, l, c.path);
+  if (opt.probs.is_set()) p.probs = extra_output(opt.probs, "probs", true, p, l, c.path);
   if (opt.scores.is_set()) {
     const int stage = static_cast<int>(opt.scores_stage);
     if (stage < 0 || stage > 3) throw Error("scores_stage", "0..3", str(stage));
-    p.scores = check_extra_output(opt.scores, "scores", true);
+    p.scores = extra_output(opt.scores, "scores", true, p, l, c.path);
     p.scores_stage = opt.scores_stage;
   }
+  check_overlaps(c, l);
+
+  p.q = operand(l.q);
+  p.k = kv_operand(l.k, l.k_stride_b);
+  p.v = kv_operand(l.v, l.v_stride_b);
+  p.o = operand(l.o);
+  p.cu_q = std::move(l.cu_q);
+  p.cu_k = std::move(l.cu_k);
+  if (c.storage == KvStorage::cache || c.storage == KvStorage::paged) p.key_lengths = std::move(l.totals);
+  p.page_table = l.page_table;
+  p.page_size = l.page_size;
   return p;
+}
+
+void append_kv(const Params& p, const Call& c) {
+  if (!c.k_new.is_set()) return;
+  const std::int64_t n_new = c.k_new.shape[2];
+  for (auto [src, dst, x] : {std::tuple{&c.k_new, &p.k, p.d}, std::tuple{&c.v_new, &p.v, p.dv}}) {
+    const std::size_t es = dtype_size(src->dtype), row_bytes = static_cast<std::size_t>(x) * es;
+    for (std::int64_t b = 0; b < p.b; ++b)
+      for (std::int64_t hk = 0; hk < p.h_kv; ++hk)
+        for (std::int64_t j = 0; j < n_new; ++j) {
+          const char* from = static_cast<const char*>(src->data) +
+                             (b * src->stride[0] + hk * src->stride[1] + j * src->stride[2]) * static_cast<std::int64_t>(es);
+          const std::int64_t pos = p.key_lengths[b] - n_new + j;
+          void* to = dst->dtype == DType::f64 ? static_cast<void*>(p.kv_row<double>(*dst, b, hk, pos))
+                                              : static_cast<void*>(p.kv_row<float>(*dst, b, hk, pos));
+          std::memcpy(to, from, row_bytes);
+        }
+  }
 }
 
 }  // namespace sdpa

@@ -172,7 +172,7 @@ class Runner {
       items += nb * p.h_kv * g.pl.items();
       groups_.push_back(std::move(g));
     };
-    if (p.cu_q) {
+    if (p.packed()) {
       for (std::int64_t b = 0; b < p.b; ++b) add(b, 1, p.nq(b), p.nkv(b));
     } else {
       add(0, p.b, p.n_q, p.n_kv);
@@ -555,7 +555,7 @@ class Runner {
 }  // namespace
 
 void run(const Params& p) {
-  if (p.b == 0 || p.h == 0 || (!p.cu_q && p.n_q == 0)) return;
+  if (p.b == 0 || p.h == 0 || (!p.packed() && p.n_q == 0)) return;
   Runner runner(p, kernels_for(p.isa));
   parallel_for(runner.items(), p.threads, [&](std::int64_t i, int) {
     FlushDenormals ftz;
