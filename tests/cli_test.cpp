@@ -415,9 +415,12 @@ class RunErrors : public CliTest {
     EXPECT_THAT(r.err, HasSubstr(names));
     EXPECT_FALSE(fs::exists(path("o.npy")));
   }
-  // A failure (exit 1): the run could not be done (a file that cannot be read,
-  // or whose shape or type does not fit the call).
+  // A failure (exit 1): the run could not be done (a file that cannot be read).
   void expect_failure(const std::vector<std::string>& a, const std::string& names) const { expect_error(a, names, 1); }
+  // A usage error (exit 2): an input file whose shape or type does not fit.
+  void expect_usage_error(const std::vector<std::string>& a, const std::string& names) const {
+    expect_error(a, names, 2);
+  }
 };
 
 using cli_run = RunErrors;
@@ -477,26 +480,26 @@ TEST_F(cli_run, MissingFile) {
 
 TEST_F(cli_run, ShapeMismatchBetweenQAndK) {
   write_f32(path("k.npy"), {2, 2, 5, 7});  // d = 7, q has d = 8
-  expect_failure(args(), "--k " + path("k.npy") + ": expected head size d=8 (from q), got 7");
+  expect_usage_error(args(), "--k " + path("k.npy") + ": expected head size d=8 (from q), got 7");
   write_f32(path("k.npy"), {2, 3, 5, 8});  // 3 KV heads do not divide 4 query heads
-  expect_failure(args(), "k.npy");
+  expect_usage_error(args(), "k.npy");
   write_f32(path("k.npy"), {2, 2, 4, 8});  // 4 keys, 5 values
-  expect_failure(args(), "v.npy");
+  expect_usage_error(args(), "v.npy");
 }
 
 TEST_F(cli_run, WrongDtype) {
   std::vector<std::int32_t> ints(2 * 4 * 6 * 8, 1);
   sdpa::io::write_npy(path("q.npy"), DType::i32, std::vector<std::int64_t>{2, 4, 6, 8}, ints.data());
-  expect_failure(args(), "q.npy");
+  expect_usage_error(args(), "q.npy");
   const Result r = cli(args());
   EXPECT_THAT(r.err, HasSubstr("int32"));
 }
 
 TEST_F(cli_run, RankMismatchAndUnsupportedRank) {
   write_f32(path("k.npy"), {5, 8});
-  expect_failure(args(), "k.npy");
+  expect_usage_error(args(), "k.npy");
   write_f32(path("q.npy"), {48});
-  expect_failure(args(), "q.npy");
+  expect_usage_error(args(), "q.npy");
 }
 
 TEST_F(cli_run, ProbsLargerThanTheLibraryLimit) {
@@ -514,7 +517,7 @@ TEST_F(cli_run, NoPartialOutputOnFailure) {
   // The computation fails: no output at all.
   write_f32(path("k.npy"), {2, 2, 5, 7});
   Result r = cli(args({"--lse", path("lse.npy"), "--probs", path("p.npy")}));
-  EXPECT_EQ(r.code, 1) << describe(r);
+  EXPECT_EQ(r.code, 2) << describe(r);
   for (const char* n : {"o.npy", "lse.npy", "p.npy"}) EXPECT_FALSE(fs::exists(path(n))) << n;
 
   // A later output cannot be written (its name is too long for the file
@@ -545,7 +548,7 @@ TEST_F(cli_run, ExistingOutputsAreLeftUnchangedByAFailingRun) {
   // A failing computation.
   write_f32(path("v.npy"), {2, 2, 4, 3});
   Result r = cli(args({"--lse", path("lse.npy")}));
-  EXPECT_EQ(r.code, 1) << describe(r);
+  EXPECT_EQ(r.code, 2) << describe(r);
   EXPECT_EQ(slurp(path("o.npy")), "previous O");
   EXPECT_EQ(slurp(path("lse.npy")), "previous lse");
 
@@ -613,14 +616,14 @@ TEST_F(cli_packed, run_with_cu_seqlens_matches_reference) {
   ASSERT_EQ(o.shape, (std::vector<std::int64_t>{10, h, d}));
   for (std::int64_t i = 0; i < o.numel(); ++i) EXPECT_NEAR(o.as<float>()[i], o_ref.as<double>()[i], 1e-5);
   EXPECT_EQ(sdpa::io::read_npy(path("l.npy")).shape, (std::vector<std::int64_t>{h, 10}));
-  // Non-monotone prefix sums: exit 1, naming the flag and file, no output.
+  // Non-monotone prefix sums: a usage error naming the flag and file, no output.
   std::vector<std::int32_t> bad = {0, 5, 3, 10};
   sdpa::io::write_npy(path("bad.npy"), DType::i32, sc, bad.data());
   std::vector<std::string> a = common;
   a[8] = path("bad.npy");
   a.insert(a.end(), {"--out", path("o2.npy")});
   Result r = cli(a);
-  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("--cu-seqlens-q " + path("bad.npy") + ": expected non-decreasing"));
   EXPECT_FALSE(fs::exists(path("o2.npy")));
 }

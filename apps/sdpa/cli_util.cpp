@@ -18,13 +18,11 @@ namespace {
 // The one table from the arguments named in an sdpa::Error to the command
 // line: the flag that supplied the value, and the exit code of the run.
 //
-//   exit 2 (usage error): a value given on the command line itself (a bad
-//          --scale, --softcap or window, an --isa this CPU lacks, an ONNX
-//          attribute out of range, ...)
-//   exit 1 (failure): the data does not fit: an input file whose shape, type
-//          or content the call cannot take (mismatched shapes, unsorted
-//          --cu-seqlens-q, ...), an output too large to hold, and every
-//          argument not listed here, or none (I/O and the like)
+//   exit 2 (usage error): the value came from the user, as a flag or as a file
+//          whose shape, type or content does not fit (bad shapes, a bad --scale,
+//          an --isa this CPU lacks, unsorted --cu-seqlens-q, ...)
+//   exit 1 (failure): an output the command allocates itself (too large to
+//          hold), and every argument not listed here, or none (I/O and the like)
 //
 // The library names its arguments after its API (q, mask, window_left, ...),
 // sdpa::onnx after the operator (Q, attn_mask, left_window_size, ...); `sdpa
@@ -37,9 +35,9 @@ struct Route {
 
 constexpr Route kRoutes[] = {
     // sdpa::attention, reference_attention and the serving calls.
-    {"q", "--q", kExitFailure},
-    {"k", "--k", kExitFailure},
-    {"v", "--v", kExitFailure},
+    {"q", "--q", kExitUsage},
+    {"k", "--k", kExitUsage},
+    {"v", "--v", kExitUsage},
     {"o", "--out", kExitFailure},
     {"lse", "--lse", kExitFailure},
     {"probs", "--probs", kExitFailure},
@@ -50,16 +48,16 @@ constexpr Route kRoutes[] = {
     {"threads", "--threads", kExitUsage},
     {"isa", "--isa", kExitUsage},
     {"SDPA_ISA", "SDPA_ISA", kExitUsage},
-    {"cu_seqlens_q", "--cu-seqlens-q", kExitFailure},
-    {"cu_seqlens_k", "--cu-seqlens-k", kExitFailure},
+    {"cu_seqlens_q", "--cu-seqlens-q", kExitUsage},
+    {"cu_seqlens_k", "--cu-seqlens-k", kExitUsage},
     // sdpa::onnx::attention: inputs, outputs, attributes.
-    {"Q", "--Q", kExitFailure},
-    {"K", "--K", kExitFailure},
-    {"V", "--V", kExitFailure},
-    {"attn_mask", "--attn-mask", kExitFailure},
-    {"past_key", "--past-key", kExitFailure},
-    {"past_value", "--past-value", kExitFailure},
-    {"nonpad_kv_seqlen", "--nonpad-kv-seqlen", kExitFailure},
+    {"Q", "--Q", kExitUsage},
+    {"K", "--K", kExitUsage},
+    {"V", "--V", kExitUsage},
+    {"attn_mask", "--attn-mask", kExitUsage},
+    {"past_key", "--past-key", kExitUsage},
+    {"past_value", "--past-value", kExitUsage},
+    {"nonpad_kv_seqlen", "--nonpad-kv-seqlen", kExitUsage},
     {"Y", "--Y", kExitFailure},
     {"present_key", "--present-key", kExitFailure},
     {"present_value", "--present-value", kExitFailure},

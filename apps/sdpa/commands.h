@@ -2,8 +2,8 @@
 // itself here with a static Registrar, so adding a command edits no other file.
 //
 // Exit codes: 0 success, 2 usage error (bad flags or flag values, reported by
-// CLI11 or thrown as UsageError), 1 failure (unreadable or malformed files,
-// inputs whose shapes or types do not fit, outputs that cannot be held or
+// CLI11 or thrown as UsageError, and inputs whose shapes or types do not fit),
+// 1 failure (unreadable or malformed files, outputs that cannot be held or
 // written). An sdpa::Error gets its flag and exit code from the one table in
 // cli_util.cpp (route_of), wherever it is caught.
 #pragma once

@@ -223,18 +223,25 @@ TensorView packed_as_4d(const TensorView& t, const char* name, const char* axes)
   return r;
 }
 
-Layout dense_layout(const Call& c) {
-  Layout l;
+// The caller's 4-D views as they are, K and V strided by batch entry (dense
+// K/V and dense caches).
+void take_views(const Call& c, Layout& l) {
   l.q = c.q;
   l.k = c.k;
   l.v = c.v;
   l.o = c.o;
   l.lse = c.opt->lse;
-  l.b = c.q.shape[0];
-  l.n_q = c.q.shape[2];
-  l.n_kv = l.n_kv_views = c.k.shape[2];
+  l.n_kv_views = c.k.shape[2];
   l.k_stride_b = c.k.stride[0];
   l.v_stride_b = c.v.stride[0];
+}
+
+Layout dense_layout(const Call& c) {
+  Layout l;
+  take_views(c, l);
+  l.b = c.q.shape[0];
+  l.n_q = c.q.shape[2];
+  l.n_kv = c.k.shape[2];
   return l;
 }
 
@@ -320,15 +327,8 @@ Layout cache_layout(const Call& c) {
   l.v_name = "v_cache";
   const std::int64_t capacity = std::min(c.k.shape[2], c.v.shape[2]);
   check_cache(c, l, c.k.shape[1], c.k.shape[3], c.v.shape[3], capacity, c.k.dtype, c.v.dtype);
-  l.q = c.q;
-  l.k = c.k;
-  l.v = c.v;
-  l.o = c.o;
-  l.lse = c.opt->lse;
-  l.n_kv_views = c.k.shape[2];
+  take_views(c, l);
   l.n_kv_from = "keys Nkv (capacity, from k_cache)";
-  l.k_stride_b = c.k.stride[0];
-  l.v_stride_b = c.v.stride[0];
   return l;
 }
 
