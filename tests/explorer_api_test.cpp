@@ -1,15 +1,20 @@
 // The explorer's JSON API (apps/sdpa/explorer_api.h), called directly, and
 // `sdpa serve` / `sdpa stats` run as processes: the HTTP wiring, bad input,
 // the port-in-use message, Ctrl-C, and the atomically written SVG.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -223,6 +228,7 @@ TEST(ExplorerApi, InfoNamesTheLimits) {
   const json info = json::parse(r.body);
   EXPECT_EQ(info["limits"]["dk"], json({1, 1024}));
   EXPECT_EQ(info["limits"]["body_bytes"], 65536);
+  EXPECT_EQ(info["limits"]["work"], ex::kMaxWork);
   EXPECT_FALSE(info["isa"].get<std::string>().empty());
 }
 
@@ -274,6 +280,10 @@ TEST(ExplorerApi, BadInputIs400NamingTheField) {
       {"attention", {{"tokens", {"a"}}, {"q", {{1, 2}}}, {"k", {{1, 2}}}, {"v", {{1}}}, {"d", 3}}, "q"},
       {"misconceptions", {{"scores", {1}}}, "scores"},
       {"misconceptions", {{"big_dk", 0}}, "big_dk"},
+      {"growth", {{"dk", 1024}, {"trials", 2048}, {"keys", 64}, {"bins", 200}}, "trials"},
+      {"growth", {{"dk", 1024}, {"trials", 257}, {"keys", 64}}, "trials"},
+      {"curve", {{"keys", 64}}, "keys"},
+      {"curve", {{"keys", 64}, {"trials", 2048}}, "trials"},
   };
   for (const Bad& c : cases) {
     const ex::Response r = ex::handle("POST", "/api/" + c.endpoint, c.body.dump());
@@ -286,6 +296,142 @@ TEST(ExplorerApi, BadInputIs400NamingTheField) {
   // The message says what was expected and what came.
   const json e = json::parse(ex::handle("POST", "/api/scale", R"({"dk": 2000})").body);
   EXPECT_EQ(e["error"], "dk: expected an integer in [1, 1024], got 2000");
+}
+
+// d_k·keys·trials random scores per request at most: the 47-byte request
+// that kept `sdpa serve` busy for seconds is refused before any work.
+TEST(ExplorerApi, WorkPerRequestIsBounded) {
+  const auto start = std::chrono::steady_clock::now();
+  const ex::Response r = ex::handle("POST", "/api/growth", R"({"dk":1024,"trials":2048,"keys":64,"bins":200})");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(100));
+  ASSERT_EQ(r.status, 400) << r.body;
+  const json e = json::parse(r.body);
+  EXPECT_EQ(e["field"], "trials");
+  EXPECT_NE(e["error"].get<std::string>().find("trials may be at most 256"), std::string::npos) << e["error"];
+  // Exactly the limit: every d_k and key count at the default 256 trials.
+  const json most = call("growth", {{"dk", ex::kMaxDk}, {"keys", ex::kMaxKeys}, {"bins", ex::kMaxBins}});
+  EXPECT_EQ(most["histogram"]["samples"].get<std::int64_t>() * ex::kMaxDk, ex::kMaxWork);
+  EXPECT_EQ(call("growth", {{"dk", 1}, {"keys", ex::kMaxKeys}, {"trials", ex::kMaxTrials}})["trials"], 2048);
+  // A curve samples at d_k = 1, 2, ..., 1024: its budget is the sum.
+  const json c = call("curve", {{"keys", 64}, {"trials", 128}});
+  EXPECT_EQ(c["points"].size(), 11u);
+  const json e2 = json::parse(ex::handle("POST", "/api/curve", R"({"keys": 64})").body);
+  EXPECT_NE(e2["error"].get<std::string>().find("keys may be at most 32"), std::string::npos) << e2["error"];
+}
+
+TEST(ExplorerGate, RunsAFewLetsAFewWaitAndTurnsTheRestAway) {
+  ex::WorkGate gate(1, 1, std::chrono::seconds(10));
+  std::optional<ex::WorkGate::Turn> first(gate.enter());
+  ASSERT_TRUE(*first);
+  EXPECT_EQ(gate.running(), 1);
+  std::atomic<int> second{-1};
+  std::thread waiter([&] {
+    const ex::WorkGate::Turn t = gate.enter();
+    second = t ? 1 : 0;
+  });
+  for (int i = 0; i < 500 && gate.waiting() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(gate.waiting(), 1);
+  // The queue is full: refused at once.
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(gate.enter());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(100));
+  // Behind the full gate: costly calls are 503 with Retry-After, and still
+  // 400 when they are bad; cheap ones run.
+  ex::Response r = ex::handle("POST", "/api/growth", R"({"dk": 16})", &gate);
+  EXPECT_EQ(r.status, 503) << r.body;
+  EXPECT_EQ(r.retry_after, 1);
+  EXPECT_TRUE(json::parse(r.body)["error"].is_string());
+  for (const char* path : {"/api/curve", "/api/misconceptions"}) EXPECT_EQ(ex::handle("POST", path, "{}", &gate).status, 503) << path;
+  EXPECT_EQ(ex::handle("POST", "/api/growth", R"({"dk": 0})", &gate).status, 400);
+  EXPECT_EQ(ex::handle("POST", "/api/growth", R"({"dk":1024,"trials":2048,"keys":64})", &gate).status, 400);
+  EXPECT_EQ(ex::handle("POST", "/api/scale", "{}", &gate).status, 200);
+  EXPECT_EQ(ex::handle("POST", "/api/attention", "{}", &gate).status, 200);
+  EXPECT_EQ(ex::handle("GET", "/api/info", "", &gate).status, 200);
+  EXPECT_EQ(second.load(), -1);
+  // The turn passes to the one waiting.
+  first.reset();
+  waiter.join();
+  EXPECT_EQ(second.load(), 1);
+  EXPECT_EQ(gate.running(), 0);
+  EXPECT_EQ(gate.waiting(), 0);
+  EXPECT_EQ(ex::handle("POST", "/api/growth", R"({"dk": 16})", &gate).status, 200);
+  EXPECT_EQ(gate.running(), 0);  // handle() gave its turn back
+
+  // A wait is bounded too.
+  ex::WorkGate slow(1, 4, std::chrono::milliseconds(100));
+  const ex::WorkGate::Turn held = slow.enter();
+  start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(slow.enter());
+  const auto waited = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(waited, std::chrono::milliseconds(90));
+  EXPECT_LT(waited, std::chrono::seconds(2));
+  EXPECT_EQ(slow.waiting(), 0);
+}
+
+// ---------------------------------------------------------------- the Host header
+
+const std::vector<std::string> kHostileHosts = {
+    "", "127.0.0.1.evil.com", "127.0.0.1.evil.com:8080", "127.0.0.1.", "127.0.0.1.:80", "localhost.",
+    "localhost.:8080", "localhost.evil", "localhost.evil.com:80", "evil.localhost", "localhostx", "xlocalhost",
+    "evil.com.127.0.0.1", "evil127.0.0.1", "127.0.0.1evil", "127.0.0.1@evil.com", "evil.com@127.0.0.1",
+    "user:pass@127.0.0.1", "localhost@evil", "127.0.0.1:80@evil.com", "127.0.0.1:80.evil.com", "127.0.0.1/evil",
+    "127.0.0.1\\evil", "127.0.0.1#evil", "127.0.0.1?x", "127.0.0.1%2e", "localhost:", "localhost:0", "localhost:65536",
+    "localhost:99999", "localhost:123456", "localhost:-1", "localhost:+80", "localhost:8o", "localhost:0x50",
+    "localhost:80:80", "localhost:080", "127.0.0.1: 80", "127.0.0.256", "127.0.0", "127.1", "127.0.0.1.1",
+    "0x7f.0.0.1", "0177.0.0.1", "127.0.0.01", "2130706433", "128.0.0.1", "10.0.0.1", "0.0.0.0", "attacker.example",
+    "attacker.example:80", "::1", "::1:80", "[::1", "::1]", "[::1]x", "[::1]:", "[::1]:0", "[::1]:99999", "[::1]80",
+    "[::2]", "[::]", "[::ffff:127.0.0.1]", "[::1%25lo]", "[::1%lo]", "[]", "[localhost]", "[127.0.0.1]",
+    "[::1].evil.com", "[::1]:80:80", std::string("127.0.0.1\0.evil.com", 19), "local host", "*", "%6cocalhost"};
+
+const std::vector<std::string> kLoopbackHosts = {
+    "localhost", "localhost:8080", "LocalHost:1", "127.0.0.1", "127.0.0.1:80", "127.0.0.1:65535", "127.1.2.3",
+    "127.255.255.254:9", "127.0.0.0", "[::1]", "[::1]:8080", "[0:0:0:0:0:0:0:1]:80"};
+
+TEST(ExplorerHost, ALoopbackServerAcceptsExactlyItsNames) {
+  const ex::HostCheck check("127.0.0.1");
+  for (const std::string& h : kLoopbackHosts) EXPECT_TRUE(check.host_ok(h)) << h;
+  for (const std::string& h : kHostileHosts) EXPECT_FALSE(check.host_ok(h)) << h;
+  EXPECT_TRUE(check.origin_ok("http://127.0.0.1:8080"));
+  EXPECT_TRUE(check.origin_ok("http://localhost"));
+  EXPECT_TRUE(check.origin_ok("http://[::1]:8080"));
+  for (const char* o : {"null", "", "http://", "https://127.0.0.1", "http://127.0.0.1.evil.com", "http://evil.com",
+                        "http://127.0.0.1/", "http://127.0.0.1:8080/x", "file://", "HTTP://evil", "ws://localhost"}) {
+    EXPECT_FALSE(check.origin_ok(o)) << o;
+  }
+  // --host localhost or ::1 is the same set.
+  for (const char* given : {"localhost", "::1", "127.0.0.2"}) {
+    const ex::HostCheck other(given);
+    for (const std::string& h : kLoopbackHosts) EXPECT_TRUE(other.host_ok(h)) << given << " " << h;
+    for (const std::string& h : kHostileHosts) EXPECT_FALSE(other.host_ok(h)) << given << " " << h;
+  }
+}
+
+TEST(ExplorerHost, AServerOnAnotherHostAcceptsItsOwnNameAsGiven) {
+  // Nothing binds here: a HostCheck only compares names.
+  const ex::HostCheck lan("192.168.1.5");
+  for (const char* h : {"192.168.1.5", "192.168.1.5:8080", "localhost:8080", "127.0.0.1"}) EXPECT_TRUE(lan.host_ok(h)) << h;
+  for (const char* h : {"192.168.1.5.evil.com", "192.168.1.6", "192.168.1.5.", "192.168.1.5@evil", "192.168.001.5", ""}) {
+    EXPECT_FALSE(lan.host_ok(h)) << h;
+  }
+  EXPECT_TRUE(lan.origin_ok("http://192.168.1.5:8080"));
+  const ex::HostCheck named("Explorer.Lan");
+  for (const char* h : {"explorer.lan", "EXPLORER.LAN:80"}) EXPECT_TRUE(named.host_ok(h)) << h;
+  for (const char* h : {"explorer.lan.evil.com", "explorer.lan.", "x.explorer.lan", "explorer"}) EXPECT_FALSE(named.host_ok(h)) << h;
+  const ex::HostCheck v6("2001:db8::5");
+  for (const char* h : {"[2001:db8::5]", "[2001:DB8:0::5]:8080", "[::1]"}) EXPECT_TRUE(v6.host_ok(h)) << h;
+  for (const char* h : {"2001:db8::5", "[2001:db8::6]", "[2001:db8::5]:0"}) EXPECT_FALSE(v6.host_ok(h)) << h;
+  for (const char* wildcard : {"0.0.0.0", "::"}) {
+    const ex::HostCheck any(wildcard);
+    char name[256] = {};
+    ASSERT_EQ(gethostname(name, sizeof name - 1), 0);
+    EXPECT_TRUE(any.host_ok(std::string(name) + ":8080")) << wildcard << " " << name;
+    EXPECT_TRUE(any.host_ok("127.0.0.1:8080")) << wildcard;
+    for (const std::string& h : kHostileHosts) {
+      if (h != "10.0.0.1") {
+        EXPECT_FALSE(any.host_ok(h)) << wildcard << " " << h;
+      }
+    }
+  }
 }
 
 TEST(ExplorerApi, MalformedRequests) {
@@ -499,6 +645,165 @@ TEST(ExplorerServe, ServesThePageAndTheApi) {
   kill(server.child.pid, SIGINT);
   EXPECT_EQ(server.child.wait(), 0);
   EXPECT_NE(Child::drain(server.child.out).find("stopped"), std::string::npos);
+}
+
+// One HTTP exchange written by hand with 127.0.0.1:port (so that any Host
+// header, or none, can be sent): the status code, 0 when no answer came
+// within 5 s.
+int raw_status(int port, const std::string& request, std::string* response = nullptr) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string got;
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0 &&
+      send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size())) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (std::chrono::steady_clock::now() < end) {
+      pollfd p{fd, POLLIN, 0};
+      if (poll(&p, 1, 100) <= 0) continue;
+      char buf[4096];
+      const ssize_t n = recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      got.append(buf, static_cast<std::size_t>(n));
+    }
+  }
+  close(fd);
+  if (response) *response = got;
+  std::smatch m;
+  return std::regex_search(got, m, std::regex(R"(^HTTP/1\.[01] (\d{3}) )")) ? std::stoi(m[1].str()) : 0;
+}
+
+std::string get_with_host(const std::string& host) {
+  return "GET /api/info HTTP/1.1\r\nHost: " + host + "\r\nConnection: close\r\n\r\n";
+}
+
+TEST(ExplorerServe, AnswersOnlyRequestsNamingThisServer) {
+  Server server;
+  ASSERT_GT(server.port, 0) << "no URL printed";
+  const std::string port = std::to_string(server.port);
+  for (std::string h : kLoopbackHosts) {
+    if (h.find(':', h.find(']') == std::string::npos ? 0 : h.find(']')) == std::string::npos) h += ":" + port;
+    EXPECT_EQ(raw_status(server.port, get_with_host(h)), 200) << h;
+  }
+  for (const std::string& h : kHostileHosts) {
+    // Not one header line; or one httplib decodes ("%6cocalhost" is read as "localhost").
+    if (h.find('\0') != std::string::npos || h.find(' ') != std::string::npos || h.find('%') != std::string::npos) continue;
+    std::string body;
+    EXPECT_EQ(raw_status(server.port, get_with_host(h), &body), 403) << h;
+    if (!h.empty()) {
+      const json e = json::parse(body.substr(body.find("\r\n\r\n") + 4), nullptr, false);
+      EXPECT_NE(e.value("error", "").find("Host header must name this server"), std::string::npos) << h << " " << body;
+    }
+  }
+  for (const std::string h : {"127.0.0.1.evil.com", "localhost.evil", "127.0.0.1@evil.com"}) {
+    EXPECT_EQ(raw_status(server.port, get_with_host(h + ":" + port)), 403) << h;
+  }
+  // No Host header, or two.
+  EXPECT_EQ(raw_status(server.port, "GET /api/info HTTP/1.1\r\nConnection: close\r\n\r\n"), 403);
+  EXPECT_EQ(raw_status(server.port, "GET /api/info HTTP/1.0\r\n\r\n"), 403);
+  EXPECT_EQ(raw_status(server.port, "GET /api/info HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: evil.com\r\n"
+                                    "Connection: close\r\n\r\n"),
+            403);
+  // The page itself is guarded too, and so is a POST from another site's page.
+  EXPECT_EQ(raw_status(server.port, "GET / HTTP/1.1\r\nHost: 127.0.0.1.evil.com\r\nConnection: close\r\n\r\n"), 403);
+  auto post = [&](const std::string& origin) {
+    const std::string body = R"({"dk": 64})";
+    return raw_status(server.port, "POST /api/scale HTTP/1.1\r\nHost: 127.0.0.1:" + port + "\r\nOrigin: " + origin +
+                                       "\r\nContent-Type: text/plain\r\nContent-Length: " +
+                                       std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body);
+  };
+  EXPECT_EQ(post("http://127.0.0.1:" + port), 200);
+  EXPECT_EQ(post("http://localhost:" + port), 200);
+  for (const char* origin : {"http://evil.com", "http://127.0.0.1.evil.com:" , "null", "https://evil.com"}) {
+    EXPECT_EQ(post(origin), 403) << origin;
+  }
+  kill(server.child.pid, SIGTERM);
+  EXPECT_EQ(server.child.wait(), 0);
+}
+
+// Costly requests run a few at a time and the rest are turned away (503,
+// Retry-After) at once: a cheap request sent among them is answered
+// promptly, and the server works normally afterwards.
+TEST(ExplorerServe, CostlyRequestsDoNotStallTheServer) {
+  Server server;
+  ASSERT_GT(server.port, 0) << "no URL printed";
+  const int port = server.port;
+  auto client = [port] {
+    auto c = std::make_unique<httplib::Client>("127.0.0.1", port);
+    c->set_connection_timeout(5);
+    c->set_read_timeout(60);
+    return c;
+  };
+  // The request that used to take seconds: refused before any work.
+  auto start = std::chrono::steady_clock::now();
+  auto refused = client()->Post("/api/growth", R"({"dk":1024,"trials":2048,"keys":64,"bins":200})", "application/json");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 400);
+  EXPECT_EQ(json::parse(refused->body)["field"], "trials");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+
+  // The costliest request allowed, 16 at once.
+  const std::string heavy = R"({"dk":1024,"trials":256,"keys":64,"bins":200})";
+  constexpr int kHeavy = 16;
+  std::vector<int> status(kHeavy, -1);
+  std::vector<std::string> retry_after(kHeavy);
+  std::atomic<int> started{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kHeavy; ++i) {
+    threads.emplace_back([&, i] {
+      auto c = client();
+      ++started;
+      if (auto r = c->Post("/api/growth", heavy, "application/json")) {
+        status[static_cast<std::size_t>(i)] = r->status;
+        retry_after[static_cast<std::size_t>(i)] = r->get_header_value("Retry-After");
+      } else {
+        status[static_cast<std::size_t>(i)] = 0;
+      }
+    });
+  }
+  for (int i = 0; i < 500 && started.load() < kHeavy; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // all of them sent
+  start = std::chrono::steady_clock::now();
+  auto light = client()->Post("/api/scale", R"({"score": 40, "dk": 64})", "application/json");
+  const auto light_time = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(light);
+  EXPECT_EQ(light->status, 200);
+  EXPECT_LT(light_time, std::chrono::seconds(1));
+  std::printf("light request among %d costly ones: %lld ms\n", kHeavy,
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(light_time).count()));
+  start = std::chrono::steady_clock::now();
+  auto page = client()->Get("/");
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 200);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  for (std::thread& t : threads) t.join();
+  int ok = 0;
+  for (int i = 0; i < kHeavy; ++i) {
+    const int st = status[static_cast<std::size_t>(i)];
+    EXPECT_TRUE(st == 200 || st == 503) << "request " << i << ": " << st;
+    if (st == 503) {
+      EXPECT_EQ(retry_after[static_cast<std::size_t>(i)], "1") << i;
+    }
+    ok += st == 200 ? 1 : 0;
+  }
+  EXPECT_GE(ok, 1);
+  std::printf("costly requests: %d answered 200, %d answered 503, all within %lld ms\n", ok, kHeavy - ok,
+              static_cast<long long>(
+                  std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count()));
+  // Afterwards: everything answers, the costly endpoint included.
+  for (int i = 0; i < 3; ++i) {
+    auto again = client()->Post("/api/growth", heavy, "application/json");
+    ASSERT_TRUE(again);
+    EXPECT_EQ(again->status, 200);
+  }
+  auto info = client()->Get("/api/info");
+  ASSERT_TRUE(info);
+  EXPECT_EQ(info->status, 200);
+  kill(server.child.pid, SIGTERM);
+  EXPECT_EQ(server.child.wait(), 0);
 }
 
 TEST(ExplorerServe, SaysWhenThePortIsTaken) {

@@ -1,7 +1,15 @@
 // The explorer's JSON API (see explorer_api.h).
 #include "explorer_api.h"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <array>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -9,6 +17,7 @@
 #include <map>
 #include <mutex>
 #include <numbers>
+#include <optional>
 #include <random>
 #include <tuple>
 #include <utility>
@@ -167,6 +176,171 @@ std::vector<double> get_matrix(const json& v, const char* name, std::size_t rows
   return out;
 }
 
+// ---------------------------------------------------------------- admission
+
+// A costly endpoint calls admit() once its request is validated (so a bad
+// request is still a 400 when the server is busy) and before its work: under
+// handle()'s gate it then waits for a turn, held until handle() returns, or
+// throws Busy (503).
+struct Busy {};
+thread_local WorkGate* t_gate = nullptr;
+thread_local std::optional<WorkGate::Turn>* t_turn = nullptr;
+
+void admit() {
+  if (t_gate == nullptr || t_turn == nullptr || t_turn->has_value()) return;
+  t_turn->emplace(t_gate->enter());
+  if (!**t_turn) throw Busy{};
+}
+
+// Makes `gate` the one admit() uses during one handle() call.
+class Admission {
+ public:
+  explicit Admission(WorkGate* gate) : previous_gate_(t_gate), previous_turn_(t_turn) {
+    t_gate = gate;
+    t_turn = &turn_;
+  }
+  Admission(const Admission&) = delete;
+  Admission& operator=(const Admission&) = delete;
+  ~Admission() {
+    t_gate = previous_gate_;
+    t_turn = previous_turn_;
+  }
+
+ private:
+  std::optional<WorkGate::Turn> turn_;
+  WorkGate* previous_gate_;
+  std::optional<WorkGate::Turn>* previous_turn_;
+};
+
+// ---------------------------------------------------------------- Host header
+
+std::string lowercase(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// a.b.c.d, four decimal numbers 0-255 without leading zeros (no octal, hex or short forms).
+std::optional<std::array<int, 4>> parse_ipv4(std::string_view s) {
+  std::array<int, 4> out{};
+  for (int i = 0; i < 4; ++i) {
+    if (i > 0) {
+      if (s.empty() || s.front() != '.') return std::nullopt;
+      s.remove_prefix(1);
+    }
+    std::size_t n = 0;
+    while (n < s.size() && n < 4 && s[n] >= '0' && s[n] <= '9') ++n;
+    if (n == 0 || n > 3 || (n > 1 && s[0] == '0')) return std::nullopt;
+    int v = 0;
+    for (std::size_t k = 0; k < n; ++k) v = v * 10 + (s[k] - '0');
+    if (v > 255) return std::nullopt;
+    out[static_cast<std::size_t>(i)] = v;
+    s.remove_prefix(n);
+  }
+  if (!s.empty()) return std::nullopt;
+  return out;
+}
+
+// An IPv6 address in its canonical text ("::1"), or nullopt.
+std::optional<std::string> canonical_ipv6(const std::string& s) {
+  in6_addr a{};
+  if (inet_pton(AF_INET6, s.c_str(), &a) != 1) return std::nullopt;
+  char buf[INET6_ADDRSTRLEN];
+  if (!inet_ntop(AF_INET6, &a, buf, sizeof buf)) return std::nullopt;
+  return std::string(buf);
+}
+
+// A Host header value as one comparable key: the lowercased name or dotted
+// quad, or "[canonical IPv6]"; the port (1-65535, digits only, no leading
+// zero) is checked and dropped. nullopt for anything malformed: userinfo,
+// a path, a zone id, two colons outside brackets, an empty name or port.
+std::optional<std::string> host_key(std::string_view value) {
+  std::string_view host = value, port;
+  bool bracketed = false;
+  if (!value.empty() && value.front() == '[') {
+    const std::size_t close = value.find(']');
+    if (close == std::string_view::npos) return std::nullopt;
+    host = value.substr(1, close - 1);
+    const std::string_view rest = value.substr(close + 1);
+    if (!rest.empty()) {
+      if (rest.front() != ':') return std::nullopt;
+      port = rest.substr(1);
+      if (port.empty()) return std::nullopt;
+    }
+    bracketed = true;
+  } else if (const std::size_t colon = value.find(':'); colon != std::string_view::npos) {
+    host = value.substr(0, colon);
+    port = value.substr(colon + 1);
+    if (port.empty()) return std::nullopt;
+  }
+  if (!port.empty()) {
+    if (port.size() > 5 || port.front() == '0') return std::nullopt;
+    int v = 0;
+    for (char c : port) {
+      if (c < '0' || c > '9') return std::nullopt;
+      v = v * 10 + (c - '0');
+    }
+    if (v < 1 || v > 65535) return std::nullopt;
+  }
+  if (host.empty()) return std::nullopt;
+  if (bracketed) {
+    const std::optional<std::string> v6 = canonical_ipv6(std::string(host));
+    if (!v6) return std::nullopt;
+    return "[" + *v6 + "]";
+  }
+  for (char c : host) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-';
+    if (!ok) return std::nullopt;
+  }
+  return lowercase(host);
+}
+
+bool is_loopback_key(const std::string& key) {
+  if (key == "localhost" || key == "[::1]") return true;
+  const auto v4 = parse_ipv4(key);
+  return v4 && (*v4)[0] == 127;
+}
+
+// The key of an address or name given to --host ("::1" is "[::1]").
+std::string given_host_key(const std::string& host) {
+  if (host.find(':') != std::string::npos) {
+    const std::string bare = host.size() > 1 && host.front() == '[' && host.back() == ']' ? host.substr(1, host.size() - 2) : host;
+    if (const auto v6 = canonical_ipv6(bare)) return "[" + *v6 + "]";
+  }
+  return lowercase(host);
+}
+
+bool is_wildcard(const std::string& host) { return host == "0.0.0.0" || host == "::" || host == "[::]"; }
+
+// Every key a Host header may name on a server started with --host `host`.
+std::set<std::string> own_host_keys(const std::string& host) {
+  if (!is_wildcard(host)) return {given_host_key(host)};
+  // Listening everywhere: the names a client on the network may use, not 0.0.0.0 itself.
+  std::set<std::string> keys;
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) == 0 && name[0] != '\0') keys.insert(lowercase(name));
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) == 0) {
+    for (const ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
+      if (a->ifa_addr == nullptr) continue;
+      char buf[INET6_ADDRSTRLEN] = {};
+      if (a->ifa_addr->sa_family == AF_INET) {
+        const auto* in = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
+        if (in->sin_addr.s_addr != htonl(INADDR_ANY) && inet_ntop(AF_INET, &in->sin_addr, buf, sizeof buf)) {
+          keys.insert(buf);
+        }
+      } else if (a->ifa_addr->sa_family == AF_INET6) {
+        const auto* in6 = reinterpret_cast<const sockaddr_in6*>(a->ifa_addr);
+        if (!IN6_IS_ADDR_LINKLOCAL(&in6->sin6_addr) && !IN6_IS_ADDR_UNSPECIFIED(&in6->sin6_addr) && inet_ntop(AF_INET6, &in6->sin6_addr, buf, sizeof buf)) {
+          keys.insert("[" + std::string(buf) + "]");
+        }
+      }
+    }
+    freeifaddrs(list);
+  }
+  return keys;
+}
+
 // ---------------------------------------------------------------- randomness
 
 // splitmix64: turns (seed, salt) into well-mixed generator seeds.
@@ -227,6 +401,19 @@ json point_json(const GrowthPoint& p) {
           {"std_scaled", p.std_scaled},
           {"raw", softmax_stats_json(p.raw)},
           {"scaled", softmax_stats_json(p.scaled)}};
+}
+
+// Refuses a growth experiment over kMaxWork: `dks_sum` is the sum of the d_k it samples at.
+void check_work(const json& req, std::int64_t dks_sum, const GrowthConfig& cfg, const std::string& what) {
+  const std::int64_t work = dks_sum * cfg.keys * cfg.trials;
+  if (work <= kMaxWork) return;
+  const bool trials_given = find(req, "trials") != nullptr || find(req, "keys") == nullptr;
+  const char* field = trials_given ? "trials" : "keys";
+  const std::int64_t per = dks_sum * (trials_given ? cfg.keys : cfg.trials);
+  const std::int64_t fit = std::max<std::int64_t>(kMaxWork / per, 0);
+  throw ApiError(field, std::string(field) + ": " + what + " draws " + std::to_string(work) +
+                            " random scores (d_k·keys·trials), more than the " + std::to_string(kMaxWork) +
+                            " one request may; here " + field + " may be at most " + std::to_string(fit));
 }
 
 GrowthConfig growth_config(const json& req) {
@@ -399,7 +586,8 @@ json info() {
             {"dv", {1, kMaxValueDim}},
             {"entry", {-kMaxAbsEntry, kMaxAbsEntry}},
             {"seed", {0, kMaxSeed}},
-            {"body_bytes", kMaxBodyBytes}}},
+            {"body_bytes", kMaxBodyBytes},
+            {"work", kMaxWork}}},
           {"defaults",
            {{"score", kStoryScores[0]},
             {"dk", kStoryDk},
@@ -461,6 +649,9 @@ json growth(const json& req) {
   const int dk = static_cast<int>(get_int(req, "dk", 1, kMaxDk, kStoryDk));
   const GrowthConfig cfg = growth_config(req);
   const int bins = static_cast<int>(get_int(req, "bins", kMinBins, kMaxBins, 41));
+  check_work(req, dk, cfg, "dk " + std::to_string(dk) + " with " + std::to_string(cfg.keys) + " keys and " +
+                               std::to_string(cfg.trials) + " trials");
+  admit();
   std::vector<double> samples;
   const GrowthPoint pt = growth_point(dk, cfg, &samples);
   // One x axis for both histograms: ±4 standard deviations of the raw scores.
@@ -502,6 +693,10 @@ json curve(const json& req) {
   check_fields(req, {"dk_max", "seed", "keys", "trials"});
   const int dk_max = static_cast<int>(get_int(req, "dk_max", 1, kMaxDk, kMaxDk));
   const GrowthConfig cfg = growth_config(req);
+  std::int64_t dks_sum = 0;
+  for (int dk : growth_dks(dk_max)) dks_sum += dk;
+  check_work(req, dks_sum, cfg, "the curve up to dk_max " + std::to_string(dk_max) + " with " +
+                                    std::to_string(cfg.keys) + " keys and " + std::to_string(cfg.trials) + " trials");
   // The page asks for the same curve on every reload: keep the last few.
   using Key = std::tuple<int, int, int, std::uint64_t>;
   static std::mutex mutex;
@@ -511,6 +706,7 @@ json curve(const json& req) {
     std::lock_guard lock(mutex);
     if (auto it = cache.find(key); it != cache.end()) return it->second;
   }
+  admit();
   json points = json::array();
   for (const GrowthPoint& p : growth_curve(dk_max, cfg)) points.push_back(point_json(p));
   json out = {{"keys", cfg.keys},
@@ -620,6 +816,7 @@ json misconceptions(const json& req) {
   const int big_dk = static_cast<int>(get_int(req, "big_dk", 1, kMaxDk, kMaxDk));
   const std::uint64_t seed = get_seed(req, "seed", 1);
   const double root = std::sqrt(static_cast<double>(dk));
+  admit();
 
   // 1. "Scaling changes which word wins": ranks before and after, for these
   //    scores and for many random score vectors.
@@ -710,6 +907,60 @@ json misconceptions(const json& req) {
   };
 }
 
+// ---------------------------------------------------------------- admission
+
+WorkGate::WorkGate(int running, int waiting, std::chrono::milliseconds max_wait)
+    : max_running_(std::max(running, 1)), max_waiting_(std::max(waiting, 0)), max_wait_(max_wait) {}
+
+WorkGate::Turn WorkGate::enter() {
+  std::unique_lock lock(mutex_);
+  if (running_ < max_running_ && waiting_ == 0) {
+    ++running_;
+    return Turn(this);
+  }
+  if (waiting_ >= max_waiting_) return Turn();
+  ++waiting_;
+  const bool got = turn_free_.wait_for(lock, max_wait_, [&] { return running_ < max_running_; });
+  --waiting_;
+  if (!got) return Turn();
+  ++running_;
+  return Turn(this);
+}
+
+int WorkGate::running() const {
+  std::lock_guard lock(mutex_);
+  return running_;
+}
+
+int WorkGate::waiting() const {
+  std::lock_guard lock(mutex_);
+  return waiting_;
+}
+
+WorkGate::Turn::~Turn() {
+  if (!gate_) return;
+  {
+    std::lock_guard lock(gate_->mutex_);
+    --gate_->running_;
+  }
+  gate_->turn_free_.notify_one();
+}
+
+// ---------------------------------------------------------------- Host header
+
+HostCheck::HostCheck(const std::string& host) : own_(own_host_keys(host)) {}
+
+bool HostCheck::host_ok(std::string_view value) const {
+  const std::optional<std::string> key = host_key(value);
+  return key && (is_loopback_key(*key) || own_.count(*key) != 0);
+}
+
+bool HostCheck::origin_ok(std::string_view value) const {
+  constexpr std::string_view scheme = "http://";
+  if (value.substr(0, scheme.size()) != scheme) return false;
+  return host_ok(value.substr(scheme.size()));
+}
+
 // ---------------------------------------------------------------- routing
 
 std::string error_body(std::string_view message, std::string_view field) {
@@ -717,7 +968,7 @@ std::string error_body(std::string_view message, std::string_view field) {
   return body.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-Response handle(std::string_view method, std::string_view path, std::string_view body) {
+Response handle(std::string_view method, std::string_view path, std::string_view body, WorkGate* gate) {
   using Endpoint = std::function<json(const json&)>;
   static const std::map<std::string, Endpoint, std::less<>> posts = {
       {"/api/scale", scale},         {"/api/softmax", softmax_story},     {"/api/growth", growth},
@@ -742,7 +993,13 @@ Response handle(std::string_view method, std::string_view path, std::string_view
       if (req.is_discarded()) return {400, error_body("body: expected a JSON object, got malformed JSON", "body")};
       if (!req.is_object()) return {400, error_body("body: expected a JSON object, got " + show(req), "body")};
     }
+    const Admission admission(gate);
     return {200, it->second(req).dump(-1, ' ', false, json::error_handler_t::replace)};
+  } catch (const Busy&) {
+    return {503,
+            error_body(std::string(path) + ": the server is busy with " + std::to_string(gate->running_limit()) +
+                       " costly requests and " + std::to_string(gate->waiting_limit()) + " waiting; try again shortly"),
+            1};
   } catch (const ApiError& e) {
     return {400, error_body(e.what(), e.field())};
   } catch (const sdpa::Error& e) {

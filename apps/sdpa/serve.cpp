@@ -7,9 +7,11 @@
 #include <httplib.h>
 
 #include <netdb.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <csignal>
@@ -40,8 +42,28 @@ struct ServeArgs {
   std::string host = "127.0.0.1";
 };
 
-bool is_loopback(const std::string& host) {
-  return host == "127.0.0.1" || host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+// Whether every address `host` resolves to is a loopback one (only this
+// machine can then connect).
+bool binds_loopback_only(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), "0", &hints, &res) != 0 || res == nullptr) return false;
+  bool all = true;
+  for (const addrinfo* a = res; a != nullptr; a = a->ai_next) {
+    if (a->ai_family == AF_INET) {
+      const auto* in = reinterpret_cast<const sockaddr_in*>(a->ai_addr);
+      all = all && (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+    } else if (a->ai_family == AF_INET6) {
+      all = all && IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(a->ai_addr)->sin6_addr);
+    } else {
+      all = false;
+    }
+  }
+  freeaddrinfo(res);
+  return all;
 }
 
 std::string url_host(const std::string& host) {
@@ -73,20 +95,6 @@ int bind_errno(const std::string& host, int port) {
   return err;
 }
 
-// The Host header of a request to a loopback server must name loopback too:
-// a page on another site cannot then reach the API through a DNS name that
-// resolves to 127.0.0.1.
-bool host_header_ok(const httplib::Request& req) {
-  std::string host = req.get_header_value("Host");
-  if (host.empty()) return true;
-  if (host.front() == '[') {
-    host = host.substr(1, host.find(']') - 1);
-  } else if (const auto colon = host.rfind(':'); colon != std::string::npos) {
-    host = host.substr(0, colon);
-  }
-  return is_loopback(host);
-}
-
 const char* status_text(int status) {
   switch (status) {
     case 400: return "bad request";
@@ -95,6 +103,7 @@ const char* status_text(int status) {
     case 405: return "method not allowed";
     case 413: return "request body larger than 65536 bytes";
     case 414: return "request URI too long";
+    case 503: return "server busy; try again shortly";
     default: return "request failed";
   }
 }
@@ -114,9 +123,11 @@ int serve(const ServeArgs& args) {
   httplib::Server server;
   // Plain SO_REUSEADDR: httplib's default adds SO_REUSEPORT, under which a
   // second server on a busy port would start without an error.
-  server.set_socket_options([](socket_t sock) {
+  socket_t listening = INVALID_SOCKET;
+  server.set_socket_options([&listening](socket_t sock) {
     const int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    listening = sock;  // the last one offered is the one bound
   });
   server.set_payload_max_length(explorer::kMaxBodyBytes);
   // An idle keep-alive connection holds its worker until this timeout, and
@@ -130,20 +141,46 @@ int serve(const ServeArgs& args) {
        "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'; "
        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"},
   });
-  const bool loopback = is_loopback(args.host);
-  server.set_pre_routing_handler([loopback](const httplib::Request& req, httplib::Response& res) {
-    if (loopback && !host_header_ok(req)) {
+  const bool loopback = binds_loopback_only(args.host);
+  const explorer::HostCheck check(args.host);
+  server.set_pre_routing_handler([&check](const httplib::Request& req, httplib::Response& res) {
+    const std::string host = req.get_header_value("Host");
+    if (req.get_header_value_count("Host") != 1 || !check.host_ok(host)) {
       res.status = 403;
-      res.set_content(explorer::error_body("Host header must name this machine (localhost, 127.0.0.1 or [::1])"),
+      res.set_content(explorer::error_body("Host header must name this server (localhost, 127.0.0.1, [::1] or its "
+                                           "--host, with an optional port), got " +
+                                           (req.has_header("Host") ? "\"" + host.substr(0, 64) + "\"" : "none")),
+                      "application/json");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (req.has_header("Origin") &&
+        (req.get_header_value_count("Origin") != 1 || !check.origin_ok(req.get_header_value("Origin")))) {
+      res.status = 403;
+      res.set_content(explorer::error_body("Origin header must be a page of this server, got \"" +
+                                           req.get_header_value("Origin").substr(0, 64) + "\""),
                       "application/json");
       return httplib::Server::HandlerResponse::Handled;
     }
     return httplib::Server::HandlerResponse::Unhandled;
   });
 
-  auto api = [](const httplib::Request& req, httplib::Response& res) {
-    const explorer::Response r = explorer::handle(req.method, req.path, req.body);
+  // The costly endpoints (growth, curve, misconceptions) run on all cores
+  // but one, a few more wait their turn, and the rest are answered 503 at
+  // once. httplib's pool has a thread for each of those and kLightThreads
+  // more, so that cheap requests and the page are answered while the costly
+  // ones run.
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const int running = static_cast<int>(std::clamp(cores - 1, 1u, 4u));
+  const int waiting = 2 * running + 2;
+  constexpr int kLightThreads = 8;
+  explorer::WorkGate gate(running, waiting);
+  const std::size_t threads = static_cast<std::size_t>(running + waiting + kLightThreads);
+  server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+
+  auto api = [&gate](const httplib::Request& req, httplib::Response& res) {
+    const explorer::Response r = explorer::handle(req.method, req.path, req.body, &gate);
     res.status = r.status;
+    if (r.retry_after > 0) res.set_header("Retry-After", std::to_string(r.retry_after));
     res.set_content(r.body, "application/json");
   };
   server.Get(R"(/api/.*)", api);
@@ -188,6 +225,11 @@ int serve(const ServeArgs& args) {
     }
     return kExitFailure;
   }
+
+  // httplib listens with a backlog of 5: a burst of connections beyond it
+  // would wait for the client's SYN retry (a second or more). Linux takes a
+  // second listen() on the bound socket as a new backlog.
+  if (listening != INVALID_SOCKET) (void)::listen(listening, SOMAXCONN);
 
   std::printf("sdpa explorer: http://%s:%d/  (Ctrl-C to stop)\n", url_host(args.host).c_str(), port);
   if (!loopback) {
