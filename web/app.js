@@ -391,7 +391,13 @@
       headers: { "Content-Type": "application/json" },
       body: JSON.stringify(body),
     };
-    const res = await fetch(`api/${endpoint}`, init);
+    // A busy server answers 503 with Retry-After: wait and ask again, a few times.
+    let res = await fetch(`api/${endpoint}`, init);
+    for (let tries = 0; res.status === 503 && tries < 3; ++tries) {
+      const wait = Math.min(Math.max(Number(res.headers.get("Retry-After")) || 1, 1), 5);
+      await new Promise((resolve) => setTimeout(resolve, wait * 1000));
+      res = await fetch(`api/${endpoint}`, init);
+    }
     let data = null;
     try {
       data = await res.json();
