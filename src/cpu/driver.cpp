@@ -204,25 +204,28 @@ class Runner {
     std::vector<double> acc(static_cast<std::size_t>(p_.dv));
     for (int rr = 0; rr < bl.nr; ++rr) {
       double m = -std::numeric_limits<double>::infinity();
+      bool seen = false;
       for (std::int64_t s = 0; s < g.pl.splits; ++s) {
-        const double ms = partial(bl, s, rr)[0];
-        if (std::isnan(ms) || std::isnan(m))
+        const Partial ps = read_partial(partial(bl, s, rr));
+        seen = seen || ps.seen;
+        if (std::isnan(ps.m) || std::isnan(m))
           m = std::nan("");
-        else if (ms > m)
-          m = ms;
+        else if (ps.m > m)
+          m = ps.m;
       }
       double l = 0;
       for (double& a : acc) a = 0;
       if (m != -std::numeric_limits<double>::infinity()) {
         for (std::int64_t s = 0; s < g.pl.splits; ++s) {
           const float* part = partial(bl, s, rr);
-          if (part[0] == kNegInf) continue;  // a chunk this row sees nothing of
-          const double wgt = std::exp(part[0] - m);
-          l += wgt * part[1];
-          for (std::int64_t c = 0; c < p_.dv; ++c) acc[c] += wgt * part[2 + c];
+          const Partial ps = read_partial(part);
+          if (ps.m == -std::numeric_limits<double>::infinity()) continue;  // a chunk whose every weight is 0
+          const double wgt = std::exp(ps.m - m) * ps.l;
+          l += wgt;
+          for (std::int64_t c = 0; c < p_.dv; ++c) acc[c] += wgt * part[kPartHead + c];
         }
       }
-      finish_row(bl, rr, m, l, [&](std::int64_t c) { return acc[c]; });
+      finish_row(bl, rr, m, l, seen, [&](std::int64_t c) { return acc[c]; });
     }
   }
 
@@ -243,7 +246,31 @@ class Runner {
                  static_cast<int>(std::min<std::int64_t>(g.pl.br, g.pl.rows - blk * g.pl.br))};
   }
 
-  std::int64_t part_stride() const { return p_.dv + 2; }
+  // A split-KV partial, per row per chunk: m (a double, in two floats: the
+  // exact path's m may exceed float's range), l, whether the row sees a key of
+  // the chunk, then O = acc / l of the chunk (normalised, so it cannot
+  // overflow where the chunk's result is finite).
+  static constexpr int kPartHead = 4;
+  std::int64_t part_stride() const { return p_.dv + kPartHead; }
+  struct Partial {
+    double m, l;
+    bool seen;
+  };
+  static Partial read_partial(const float* part) {
+    Partial ps;
+    std::memcpy(&ps.m, part, sizeof ps.m);
+    ps.l = part[2];
+    ps.seen = part[3] != 0.0f;
+    return ps;
+  }
+  template <class Acc>
+  void write_partial(float* part, double m, double l, bool seen, Acc acc) const {
+    std::memcpy(part, &m, sizeof m);
+    part[2] = static_cast<float>(l);
+    part[3] = seen ? 1.0f : 0.0f;
+    const double inv = l > 0 ? 1.0 / l : 0.0;
+    for (std::int64_t c = 0; c < p_.dv; ++c) part[kPartHead + c] = static_cast<float>(acc(c) * inv);
+  }
 
   float* partial(const Block& bl, std::int64_t split, int rr) {
     const Plan& pl = bl.g->pl;
@@ -284,12 +311,16 @@ class Runner {
     return {sink, l * a + 1.0, a};
   }
 
-  // Writes O (and lse) of one row from its m, l and unnormalised acc.
+  // Writes O (and lse) of one row from its m, l and unnormalised acc. `seen`:
+  // the row sees at least one key. Only structural masking may leave a row
+  // empty (O = 0, lse = -inf); a row that sees keys whose scores are all -inf
+  // (from Inf in the data) is NaN, as softmax over those scores is.
   template <class Acc>
-  void finish_row(const Block& bl, int rr, double m, double l, Acc acc) {
+  void finish_row(const Block& bl, int rr, double m, double l, bool seen, Acc acc) {
     const std::int64_t i = query(bl, rr), h = head(bl, rr);
-    const Final f = with_sink(bl, rr, m, l);
+    Final f = with_sink(bl, rr, m, l);
     float* o = p_.o.at<float>(bl.b, h, p_.q_row(bl.b, i));
+    if (seen && f.m == -std::numeric_limits<double>::infinity()) f = {std::nan(""), std::nan(""), 1.0};
     const bool empty = f.m == -std::numeric_limits<double>::infinity();  // nothing visible (NaN is not empty)
     const double inv = empty ? 0.0 : f.acc_scale / f.l;
     for (std::int64_t c = 0; c < p_.dv; ++c) o[c] = empty ? 0.0f : static_cast<float>(acc(c) * inv);
@@ -370,6 +401,67 @@ class Runner {
     } else {
       for (int j = 0; j < n; ++j) out[j] = p_.kv_row<const float>(t, bl.b, bl.hk, t0 + j);
     }
+  }
+
+  // Whether row rr sees any key of [kb, ke) (ranges and explicit mask).
+  bool sees_key(const Block& bl, int rr, std::int64_t kb, std::int64_t ke) const {
+    const Params::Range v = p_.visible(bl.b, query(bl, rr));
+    const std::int64_t lo = std::max(kb, v.lo), hi = std::min(ke, v.hi);
+    if (!p_.mask.data) return lo < hi;
+    for (std::int64_t t = lo; t < hi; ++t)
+      if (visible(bl, rr, t)) return true;
+    return false;
+  }
+
+  // One row over keys [kb, ke) in float64, as the oracle computes it: the
+  // fallback for a row whose float32 result is not finite. Finite inputs can
+  // overflow float32 in the scores (|q|, |k| ~ 1e38) or in P·V (|v| ~ 3e38);
+  // float64 holds both. Inf and NaN in the data come out as the oracle's.
+  struct ExactRow {
+    double m, l;
+    bool seen;
+  };
+  ExactRow exact_row(const Block& bl, int rr, std::int64_t kb, std::int64_t ke, std::vector<double>& acc) const {
+    const std::int64_t i = query(bl, rr), h = head(bl, rr);
+    const float* q = p_.q.at<const float>(bl.b, h, p_.q_row(bl.b, i));
+    thread_local std::vector<double> sc;
+    sc.assign(static_cast<std::size_t>(std::max<std::int64_t>(ke - kb, 0)), 0.0);
+    const double kInfD = std::numeric_limits<double>::infinity();
+    const double slope =
+        p_.alibi.data ? static_cast<const float*>(p_.alibi.data)[bl.b * p_.alibi.stride_b + h * p_.alibi.stride_h] : 0.0;
+    ExactRow r{-kInfD, 0.0, false};
+    std::vector<char> vis(sc.size());
+    for (std::int64_t t = kb; t < ke; ++t) {
+      if (!(vis[t - kb] = visible(bl, rr, t))) continue;
+      r.seen = true;
+      const float* k = p_.kv_row<const float>(p_.k, bl.b, bl.hk, t);
+      double dot = 0;
+      for (std::int64_t c = 0; c < p_.d; ++c) dot += static_cast<double>(q[c]) * k[c];
+      double x = p_.scale * dot;
+      if (p_.softcap > 0) x = p_.softcap * std::tanh(x / p_.softcap);
+      if (p_.alibi.data) x -= slope * std::abs(static_cast<double>(p_.position(bl.b, i) - t));
+      if (p_.mask.data && p_.mask.dtype != DType::boolean) {
+        const Broadcast& mk = p_.mask;
+        const std::int64_t at = bl.b * mk.stride_b + h * mk.stride_h + i * mk.stride_i + t * mk.stride_j;
+        x += mk.dtype == DType::f16 ? half_to_float(static_cast<const std::uint16_t*>(mk.data)[at])
+                                    : static_cast<const float*>(mk.data)[at];
+      }
+      sc[t - kb] = x;
+      if (std::isnan(x) || std::isnan(r.m))
+        r.m = std::nan("");
+      else if (x > r.m)
+        r.m = x;
+    }
+    acc.assign(static_cast<std::size_t>(p_.dv), 0.0);
+    if (r.m == -kInfD) return r;
+    for (std::int64_t t = kb; t < ke; ++t) {
+      if (!vis[t - kb]) continue;
+      const double e = std::exp(sc[t - kb] - r.m);
+      r.l += e;
+      const float* v = p_.kv_row<const float>(p_.v, bl.b, bl.hk, t);
+      for (std::int64_t c = 0; c < p_.dv; ++c) acc[c] += e * v[c];
+    }
+    return r;
   }
 
   // Scores of keys [t0, t0+n) up to `stage`, invisible entries -inf (from
@@ -501,17 +593,31 @@ class Runner {
       pv_tile(bl, t0, n, bc_pad, s, vp, acc, alpha, ranged ? row_begin : nullptr, ranged ? row_end : nullptr);
     }
 
-    if (bl.g->pl.splits > 1) {
-      for (int rr = 0; rr < bl.nr; ++rr) {
-        float* part = partial(bl, split, rr);
-        part[0] = m[rr];
-        part[1] = l[rr];
-        std::memcpy(part + 2, acc + rr * dv_pad, p_.dv * sizeof(float));
+    // A row whose float32 result is not finite (an overflow from finite
+    // inputs, or Inf/NaN in its data) is recomputed in float64; a row that
+    // ends with m = -inf is empty only if it sees no key.
+    thread_local std::vector<double> exact;
+    for (int rr = 0; rr < bl.nr; ++rr) {
+      const float* a = acc + rr * dv_pad;
+      bool finite = std::isfinite(m[rr]) && std::isfinite(l[rr]);
+      for (std::int64_t c = 0; c < p_.dv && finite; ++c) finite = std::isfinite(a[c]);
+      const bool empty = m[rr] == kNegInf && !sees_key(bl, rr, kb, ke);
+      if (finite || empty) {
+        auto acc_f = [&](std::int64_t c) { return static_cast<double>(a[c]); };
+        if (bl.g->pl.splits > 1)
+          write_partial(partial(bl, split, rr), m[rr], l[rr], !empty, acc_f);
+        else
+          finish_row(bl, rr, m[rr], l[rr], !empty, acc_f);
+        continue;
       }
-      return;
+      const ExactRow x = exact_row(bl, rr, kb, ke, exact);
+      auto acc_d = [&](std::int64_t c) { return exact[c]; };
+      if (bl.g->pl.splits > 1)
+        write_partial(partial(bl, split, rr), x.m, x.l, x.seen, acc_d);
+      else
+        finish_row(bl, rr, x.m, x.l, x.seen, acc_d);
     }
-    for (int rr = 0; rr < bl.nr; ++rr)
-      finish_row(bl, rr, m[rr], l[rr], [&](std::int64_t c) { return static_cast<double>(acc[rr * dv_pad + c]); });
+    if (bl.g->pl.splits > 1) return;
     if (p_.probs.data || p_.scores.data) write_matrices(bl, qs, kt, s, m, l, inv, row_begin, row_end, range);
   }
 

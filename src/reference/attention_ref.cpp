@@ -10,8 +10,9 @@
 //   m    = max(max_j s_j, sink[h]),  l = sum_j exp(s_j - m) + exp(sink[h] - m)
 //   o    = sum_j exp(s_j - m) * v[j,:] / l,  lse = m + log(l),  p_j = exp(s_j - m) / l
 // in double precision, with the scores of one row materialised. A row with no
-// visible key (and no sink) has o = 0, lse = -inf and p = 0; so does a row
-// whose every score is -inf. NaN in a visible score makes the row NaN (the max
+// visible key (and no sink) has o = 0, lse = -inf and p = 0; a row that sees
+// keys whose every score is -inf (Inf in the data; masking never makes a
+// visible score -inf) is NaN, as softmax over those scores is. NaN in a visible score makes the row NaN (the max
 // keeps it), so the oracle never hides a NaN either.
 //
 // The oracle reads only the plain data members of Params: visibility, query
@@ -139,6 +140,7 @@ void run(const Params& p) {
         const std::int64_t row = packed(p) ? p.cu_q[b] + i : i;  // of Q, O and lse
         const double pos = static_cast<double>(i) + off;
         double m = -kInf;
+        bool seen = false;  // the row sees a key
         for (std::int64_t j = 0; j < n_kv; ++j) {
           // Keys a query cannot see are read only to report their scores
           // (never with pages: past a sequence's keys its block table may hold anything).
@@ -160,12 +162,16 @@ void run(const Params& p) {
           s[j] = vis[j] ? x : -kInf;
           if (p.scores.data && p.scores_stage == ScoresStage::masked) store(p.scores, b, h, i, j, s[j]);
           if (!vis[j]) continue;
+          seen = true;
           if (std::isnan(s[j]))
             m = s[j];  // sticky: exp(x - NaN) is NaN for every x
           else if (!std::isnan(m) && s[j] > m)
             m = s[j];
         }
         if (!std::isnan(m) && sink > m) m = sink;
+        // Keys seen whose scores (and the sink) are all -inf: -inf from the
+        // data (Inf in K), not from masking, so softmax is NaN, not empty.
+        if (seen && m == -kInf) m = std::nan("");
         const bool empty = m == -kInf;  // nothing visible, or every score (and the sink) is -inf
         double l = empty ? 0.0 : std::exp(sink - m);
         for (double& a : acc) a = 0;

@@ -22,6 +22,9 @@ static inline int min_int(int a, int b) { return a < b ? a : b; }
 
 // ---- S = Qs · Kt -------------------------------------------------------------
 
+// Length of the FMA chains the score dot products are cut into (see scores_block).
+inline constexpr int kDotChunk = 16;
+
 template <int M>
 static inline void scores_block(const float* qs, int d, const float* kt, int bc_pad, float* s) {
   Vec acc[M][NV];
@@ -29,21 +32,44 @@ static inline void scores_block(const float* qs, int d, const float* kt, int bc_
   for (int m = 0; m < M; ++m)
 #pragma GCC unroll 4
     for (int x = 0; x < NV; ++x) acc[m][x] = vzero();
-  for (int c = 0; c < d; ++c) {
-    Vec b[NV];
-#pragma GCC unroll 4
-    for (int x = 0; x < NV; ++x) b[x] = vload(kt + static_cast<std::int64_t>(c) * bc_pad + x * W);
+  // Blocked summation: d is cut into chunks of kDotChunk, each summed from
+  // zero in registers and then added to S. One FMA chain over all of d
+  // accumulates rounding error ~d·u (what a plain float32 GEMM does); chunks
+  // bring it to ~(kDotChunk + d/kDotChunk)·u for one load, add and store per
+  // accumulator per chunk (1/kDotChunk of the FMAs).
+  for (int c0 = 0; c0 < d; c0 += kDotChunk) {
+    const int c1 = min_int(d, c0 + kDotChunk);
+    if (c0 > 0) {
 #pragma GCC unroll 8
-    for (int m = 0; m < M; ++m) {
-      const Vec a = vset(qs[m * d + c]);
+      for (int m = 0; m < M; ++m)
 #pragma GCC unroll 4
-      for (int x = 0; x < NV; ++x) acc[m][x] = vfma(a, b[x], acc[m][x]);
+        for (int x = 0; x < NV; ++x) acc[m][x] = vzero();
     }
-  }
-#pragma GCC unroll 8
-  for (int m = 0; m < M; ++m)
+    for (int c = c0; c < c1; ++c) {
+      Vec b[NV];
 #pragma GCC unroll 4
-    for (int x = 0; x < NV; ++x) vstore(s + m * bc_pad + x * W, acc[m][x]);
+      for (int x = 0; x < NV; ++x) b[x] = vload(kt + static_cast<std::int64_t>(c) * bc_pad + x * W);
+#pragma GCC unroll 8
+      for (int m = 0; m < M; ++m) {
+        const Vec a = vset(qs[m * d + c]);
+#pragma GCC unroll 4
+        for (int x = 0; x < NV; ++x) acc[m][x] = vfma(a, b[x], acc[m][x]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m)
+#pragma GCC unroll 4
+      for (int x = 0; x < NV; ++x) {
+        float* dst = s + m * bc_pad + x * W;
+        vstore(dst, c0 > 0 ? vadd(vload(dst), acc[m][x]) : acc[m][x]);
+      }
+  }
+  if (d == 0) {
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m)
+#pragma GCC unroll 4
+      for (int x = 0; x < NV; ++x) vstore(s + m * bc_pad + x * W, acc[m][x]);
+  }
 }
 
 template <int M>
@@ -76,7 +102,13 @@ static inline void scores_direct_block(const float* qs, int d, const float* k0, 
   Vec acc[M][2];
 #pragma GCC unroll 4
   for (int m = 0; m < M; ++m) acc[m][0] = acc[m][1] = vzero();
-  int c = 0;
+  // Each lane's chain is cut every kDirectChunk steps into a running total
+  // (blocked summation, as in scores_block).
+  constexpr int kDirectChunk = 8;
+  Vec tot[M][2];
+#pragma GCC unroll 4
+  for (int m = 0; m < M; ++m) tot[m][0] = tot[m][1] = vzero();
+  int c = 0, step = 0;
   for (; c + W <= d; c += W) {
     const Vec b0 = vload(k0 + c), b1 = vload(k1 + c);
 #pragma GCC unroll 4
@@ -85,10 +117,19 @@ static inline void scores_direct_block(const float* qs, int d, const float* k0, 
       acc[m][0] = vfma(a, b0, acc[m][0]);
       acc[m][1] = vfma(a, b1, acc[m][1]);
     }
+    if (++step == kDirectChunk) {
+      step = 0;
+#pragma GCC unroll 4
+      for (int m = 0; m < M; ++m) {
+        tot[m][0] = vadd(tot[m][0], acc[m][0]);
+        tot[m][1] = vadd(tot[m][1], acc[m][1]);
+        acc[m][0] = acc[m][1] = vzero();
+      }
+    }
   }
 #pragma GCC unroll 4
   for (int m = 0; m < M; ++m) {
-    float t0 = hsum(acc[m][0]), t1 = hsum(acc[m][1]);
+    float t0 = hsum(vadd(tot[m][0], acc[m][0])), t1 = hsum(vadd(tot[m][1], acc[m][1]));
     for (int cc = c; cc < d; ++cc) {
       t0 += qs[m * d + cc] * k0[cc];
       t1 += qs[m * d + cc] * k1[cc];
@@ -135,10 +176,28 @@ static void pack_kt_generic(const float* const* k, int n, int d, float* kt, int 
 // ---- online softmax ------------------------------------------------------------
 
 inline constexpr float kLog2e = 1.44269504088896340736f;
+inline constexpr float kLog2eLo = 1.9259629911266175e-08f;  // log2(e) - kLog2e
+
+// e^x = 2^(x·log2 e) for x = s - m <= 0. The product x·log2(e) is carried as
+// hi + lo (its rounding error by FMA, plus x times log2(e)'s own rounding),
+// and lo enters the exp's reduced argument: rounding x·log2(e) to one float
+// would perturb the weight by |x|·2^-24 relative, which at |s - m| ~ 100 is
+// larger than the error of the scores themselves.
+static inline Vec vexp_diff(Vec x) {
+  Vec err;
+  const Vec hi = vtwoprod(x, kLog2e, &err);
+  return vexp2(hi, vfma(x, vset(kLog2eLo), err));
+}
 
 static inline float exp2_scalar(float t) {
   float buf[W];
   vstore(buf, vexp2(vset(t)));
+  return buf[0];
+}
+
+static inline float exp_diff_scalar(float x) {
+  float buf[W];
+  vstore(buf, vexp_diff(vset(x)));
   return buf[0];
 }
 
@@ -159,15 +218,15 @@ static void softmax_step(float* s, int rows, int bc_pad, float* m, float* l, flo
     }
     // Rows still empty use 0 as the offset: every entry is -inf and exp gives 0.
     const float mu = m_new == kNegInf ? 0.0f : m_new;
-    const Vec vmu = vset(mu), vlog2e = vset(kLog2e);
+    const Vec vmu = vset(mu);
     Vec sum = vzero();
     for (int j = 0; j < bc_pad; j += W) {
-      // (s - m) * log2(e): s - m <= 0 cannot overflow, unlike s*log2(e) near FLT_MAX.
-      const Vec p = vexp2(vmul(vsub(vload(row + j), vmu), vlog2e));
+      // exp(s - m): s - m <= 0 cannot overflow, unlike s*log2(e) near FLT_MAX.
+      const Vec p = vexp_diff(vsub(vload(row + j), vmu));
       vstore(row + j, p);
       sum = vadd(sum, p);
     }
-    const float a = exp2_scalar((m_old - mu) * kLog2e);
+    const float a = exp_diff_scalar(m_old - mu);
     alpha[r] = a;
     l[r] = l[r] * a + hsum(sum);
     m[r] = m_new;
@@ -177,8 +236,8 @@ static void softmax_step(float* s, int rows, int bc_pad, float* m, float* l, flo
 static void probs(float* s, int rows, int bc_pad, const float* m, const float* inv_l) {
   for (int r = 0; r < rows; ++r) {
     float* row = s + static_cast<std::int64_t>(r) * bc_pad;
-    const Vec vmu = vset(m[r]), vinv = vset(inv_l[r]), vlog2e = vset(kLog2e);
-    for (int j = 0; j < bc_pad; j += W) vstore(row + j, vmul(vexp2(vmul(vsub(vload(row + j), vmu), vlog2e)), vinv));
+    const Vec vmu = vset(m[r]), vinv = vset(inv_l[r]);
+    for (int j = 0; j < bc_pad; j += W) vstore(row + j, vmul(vexp_diff(vsub(vload(row + j), vmu)), vinv));
   }
 }
 

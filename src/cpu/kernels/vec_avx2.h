@@ -46,13 +46,14 @@ static inline float hsum(Vec a) {
 }
 
 // 2^t for t <= 0 (and NaN), as vec_scalar.h's vexp2, lane by lane.
-static inline Vec vexp2(Vec t) {
+// With `lo`: 2^(t + lo), lo added to the reduced argument (see vec_scalar.h).
+static inline Vec vexp2(Vec t, Vec lo) {
   namespace c = exp2_coeffs;
   // max(lo, t) returns t when t is NaN (maxps returns its second operand then),
   // so NaN survives the clamp; the clamp keeps the exponent bits in range.
   const __m256 tc = _mm256_max_ps(_mm256_set1_ps(c::min_exponent - 1.0f), t.v);
   const __m256 n = _mm256_round_ps(tc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m256 f = _mm256_sub_ps(tc, n);
+  const __m256 f = _mm256_add_ps(_mm256_sub_ps(tc, n), lo.v);
   __m256 p = _mm256_set1_ps(c::c5);
   p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(c::c4));
   p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(c::c3));
@@ -65,6 +66,15 @@ static inline Vec vexp2(Vec t) {
   // t < -126 (including -inf) -> 0; the comparison is false for NaN, which stays NaN.
   const __m256 tiny = _mm256_cmp_ps(t.v, _mm256_set1_ps(c::min_exponent), _CMP_LT_OQ);
   return {_mm256_andnot_ps(tiny, r)};
+}
+
+static inline Vec vexp2(Vec t) { return vexp2(t, vzero()); }
+
+// a*b rounded, and its rounding error exactly (by FMA).
+static inline Vec vtwoprod(Vec a, float b, Vec* err) {
+  const __m256 vb = _mm256_set1_ps(b), r = _mm256_mul_ps(a.v, vb);
+  *err = {_mm256_fmsub_ps(a.v, vb, r)};
+  return {r};
 }
 
 }  // namespace sdpa::cpu::avx2

@@ -38,12 +38,13 @@ static inline float hmax(Vec a) { return _mm512_reduce_max_ps(a.v); }
 static inline float hsum(Vec a) { return _mm512_reduce_add_ps(a.v); }
 
 // 2^t for t <= 0 (and NaN), as vec_scalar.h's vexp2, lane by lane.
-static inline Vec vexp2(Vec t) {
+// With `lo`: 2^(t + lo), lo added to the reduced argument (see vec_scalar.h).
+static inline Vec vexp2(Vec t, Vec lo) {
   namespace c = exp2_coeffs;
   // max(lo, t) returns t when t is NaN, so NaN survives the clamp.
   const __m512 tc = _mm512_max_ps(_mm512_set1_ps(c::min_exponent - 1.0f), t.v);
   const __m512 n = _mm512_roundscale_ps(tc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 f = _mm512_sub_ps(tc, n);
+  const __m512 f = _mm512_add_ps(_mm512_sub_ps(tc, n), lo.v);
   __m512 p = _mm512_set1_ps(c::c5);
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c::c4));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c::c3));
@@ -56,6 +57,15 @@ static inline Vec vexp2(Vec t) {
   // t < -126 (including -inf) -> 0; the comparison is false for NaN, which stays NaN.
   const __mmask16 tiny = _mm512_cmp_ps_mask(t.v, _mm512_set1_ps(c::min_exponent), _CMP_LT_OQ);
   return {_mm512_maskz_mov_ps(static_cast<__mmask16>(~tiny), r)};
+}
+
+static inline Vec vexp2(Vec t) { return vexp2(t, vzero()); }
+
+// a*b rounded, and its rounding error exactly (by FMA).
+static inline Vec vtwoprod(Vec a, float b, Vec* err) {
+  const __m512 vb = _mm512_set1_ps(b), r = _mm512_mul_ps(a.v, vb);
+  *err = {_mm512_fmsub_ps(a.v, vb, r)};
+  return {r};
 }
 
 }  // namespace sdpa::cpu::avx512

@@ -38,12 +38,14 @@ static inline float hsum(Vec a) { return a.v; }
 // 2^t for t <= 0 (and NaN): range reduction t = n + f, n = round(t), |f| <= 1/2,
 // 2^f by the polynomial, 2^n by building the exponent bits. -inf -> 0 exactly;
 // t < -126 -> 0 (no denormals); NaN -> NaN.
-static inline Vec vexp2(Vec t) {
+// With `lo`: 2^(t + lo) for a small correction lo (|lo| <= ulp(t)), added to
+// the reduced argument f, where it is not lost to t's rounding.
+static inline Vec vexp2(Vec t, Vec lo) {
   namespace c = exp2_coeffs;
   if (t.v != t.v) return t;
   if (t.v < c::min_exponent) return {0.0f};
   const float n = std::nearbyint(t.v);
-  const float f = t.v - n;
+  const float f = (t.v - n) + lo.v;
   float p = c::c5;
   p = p * f + c::c4;
   p = p * f + c::c3;
@@ -55,6 +57,15 @@ static inline Vec vexp2(Vec t) {
   float scale;
   std::memcpy(&scale, &bits, sizeof scale);
   return {p * scale};
+}
+static inline Vec vexp2(Vec t) { return vexp2(t, vzero()); }
+
+// a*b rounded, and its rounding error exactly (a product of two floats is exact in double).
+static inline Vec vtwoprod(Vec a, float b, Vec* err) {
+  const double x = static_cast<double>(a.v) * b;
+  const float r = static_cast<float>(x);
+  *err = {static_cast<float>(x - r)};
+  return {r};
 }
 
 }  // namespace sdpa::cpu::scalar
