@@ -205,7 +205,12 @@ Settings check_flags(const RunArgs& args) {
   if (!args.cu_seqlens_q.empty() && !args.probs.empty())
     throw UsageError("--probs: not available with packed sequences (--cu-seqlens-q/k)");
 
-  check_distinct({{"--out", args.out}, {"--lse", args.lse}, {"--probs", args.probs}});
+  check_distinct({{"--out", args.out}, {"--lse", args.lse}, {"--probs", args.probs}},
+                 {{"--q", args.q},
+                  {"--k", args.k},
+                  {"--v", args.v},
+                  {"--cu-seqlens-q", args.cu_seqlens_q},
+                  {"--cu-seqlens-k", args.cu_seqlens_k}});
   return s;
 }
 
@@ -388,18 +393,24 @@ const Registrar kRegistrar{Command{
       auto args = std::make_shared<RunArgs>();
       sub.add_option("--q", args->q, "Queries Q.npy: [B, H, Nq, d] (see --layout; 3-D drops B, 2-D drops B and H)")
           ->required()
-          ->type_name("PATH");
-      sub.add_option("--k", args->k, "Keys K.npy: [B, Hkv, Nkv, d], Hkv dividing H")->required()->type_name("PATH");
-      sub.add_option("--v", args->v, "Values V.npy: [B, Hkv, Nkv, dv]")->required()->type_name("PATH");
+          ->type_name("PATH")
+          ->check(file_name());
+      sub.add_option("--k", args->k, "Keys K.npy: [B, Hkv, Nkv, d], Hkv dividing H")->required()->type_name("PATH")
+          ->check(file_name());
+      sub.add_option("--v", args->v, "Values V.npy: [B, Hkv, Nkv, dv]")->required()->type_name("PATH")
+          ->check(file_name());
       sub.add_option("--out", args->out, "Output O.npy: [B, H, Nq, dv] in the layout and rank of Q")
           ->required()
-          ->type_name("PATH");
+          ->type_name("PATH")
+          ->check(file_name());
       sub.add_option("--lse", args->lse, "Also write the log-sum-exp per query: [B, H, Nq] (rank-adjusted)")
-          ->type_name("PATH");
+          ->type_name("PATH")
+          ->check(file_name());
       sub.add_option("--probs", args->probs,
                      fmt::format("Also write the probabilities: [B, H, Nq, Nkv] (rank-adjusted, at most {} elements)",
                                  kMaxProbsElements))
-          ->type_name("PATH");
+          ->type_name("PATH")
+          ->check(file_name());
       sub.add_option("--scale", args->scale, "Score scale, a finite number > 0 (default 1/√d)")->type_name("S");
       sub.add_flag("--causal", args->causal, "Causal mask aligned to the bottom-right corner");
       sub.add_option("--layout", args->layout, "Memory layout of all arrays: bhsd = [B, H, N, d], bshd = [B, N, H, d]")
@@ -415,10 +426,12 @@ const Registrar kRegistrar{Command{
       sub.add_option("--softcap", args->softcap, "Softcap c > 0: s <- c·tanh(s/c) on the scaled scores (0 = off)")->type_name("C");
       sub.add_option("--cu-seqlens-q", args->cu_seqlens_q,
                      "Packed batch: int32/int64 prefix sums [n + 1] of query rows; Q, O are then [total_q, H, d]")
-          ->type_name("PATH");
+          ->type_name("PATH")
+          ->check(file_name());
       sub.add_option("--cu-seqlens-k", args->cu_seqlens_k,
                      "Packed batch: prefix sums [n + 1] of key rows; K, V are then [total_k, Hkv, d]")
-          ->type_name("PATH");
+          ->type_name("PATH")
+          ->check(file_name());
       sub.add_flag("--reference", args->reference,
                    "Use the float64 oracle (float64 inputs stay float64; writes float64)");
       sub.add_option("--isa", args->isa, "Kernel instruction set: " + isa_choices())
