@@ -473,6 +473,20 @@ TEST_F(cli_robust, AValueSizeThatNeedsTooMuchMemoryFailsNamingOut) {
   EXPECT_FALSE(fs::exists(path("o.npy")));
 }
 
+TEST_F(cli_robust, AnOutputTooLargeToHoldFailsNamingItsFlag) {
+  // O [1, 2^40] from Q (1, 8) and V (0, 2^40): 4 TiB, refused before it is allocated.
+  std::vector<float> q(8, 1.0f);
+  sdpa::io::write_npy(path("q.npy"), DType::f32, std::vector<std::int64_t>{1, 8}, q.data());
+  sdpa::io::write_npy(path("k.npy"), DType::f32, std::vector<std::int64_t>{0, 8}, nullptr);
+  sdpa::io::write_npy(path("v.npy"), DType::f32, std::vector<std::int64_t>{0, std::int64_t{1} << 40}, nullptr);
+  const Result r = cli({"run", "--q", path("q.npy"), "--k", path("k.npy"), "--v", path("v.npy"), "--out",
+                        path("o.npy")});
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--out"));
+  EXPECT_THAT(r.err, ::testing::Not(HasSubstr("bad_alloc")));
+  EXPECT_FALSE(fs::exists(path("o.npy")));
+}
+
 TEST_F(cli_robust, HugeWindowsAreUnbounded) {
   qkv();
   const std::vector<std::string> base = {"run", "--q", path("q.npy"), "--k", path("k.npy"), "--v", path("v.npy")};

@@ -13,13 +13,16 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <memory>
+#include <new>
 #include <optional>
 #include <random>
 #include <stdexcept>
@@ -152,9 +155,22 @@ struct Output {
 
 Output make_output(Named name, DType dtype, std::vector<std::int64_t> file_shape) {
   Output o{std::move(name), dtype, std::move(file_shape), {}};
-  std::int64_t n = 1;
-  for (std::int64_t d : o.file_shape) n *= d;
-  o.bytes.resize(static_cast<std::size_t>(n) * dtype_size(dtype));
+  // The sizes come from the inputs' files: checked (overflow-free) against
+  // the memory there is before the buffer is made.
+  std::uint64_t bytes = dtype_size(dtype);
+  for (std::int64_t d : o.file_shape) bytes = mul_sat(bytes, static_cast<std::uint64_t>(std::max<std::int64_t>(d, 0)));
+  const std::uint64_t have = physical_memory_bytes();
+  if (bytes > have || bytes > static_cast<std::uint64_t>(std::numeric_limits<std::ptrdiff_t>::max()))
+    throw CliError(kExitFailure, fmt::format("{}: expected an output that fits in memory ({} on this machine), got {} "
+                                             "({})",
+                                             o.name.who(), format_bytes(have), join_dims(o.file_shape),
+                                             format_bytes(bytes)));
+  try {
+    o.bytes.resize(static_cast<std::size_t>(bytes));
+  } catch (const std::bad_alloc&) {
+    throw CliError(kExitFailure, fmt::format("{}: expected an output that fits in memory, got {} ({}: out of memory)",
+                                             o.name.who(), join_dims(o.file_shape), format_bytes(bytes)));
+  }
   return o;
 }
 

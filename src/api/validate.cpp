@@ -371,7 +371,7 @@ Layout paged_layout(const Call& c) {
   l.page_table.stride_j = table.stride[1];
   l.page_size = page_size;
   for (std::int64_t i = 0; i < b; ++i)
-    for (std::int64_t pg = 0; pg < (l.totals[i] + page_size - 1) / page_size; ++pg) {
+    for (std::int64_t pg = 0; pg < l.totals[i] / page_size + (l.totals[i] % page_size != 0); ++pg) {  // no overflow
       const std::int64_t e = Params::read_int(l.page_table, i, pg);
       if (e < 0 || e >= num_pages)
         throw Error("block_table", "page indices in [0, num_pages=" + str(num_pages) + ")",
