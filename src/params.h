@@ -130,7 +130,8 @@ struct Params {
     const bool cached = storage == KvStorage::cache || storage == KvStorage::paged;
     return (cached ? key_lengths[b] : nkv(b)) - nq(b);
   }
-  std::int64_t position(std::int64_t b, std::int64_t i) const { return i + offset(b); }
+  // In 128 bits: i + offset(b) leaves int64 for extreme position_offsets.
+  __int128 position(std::int64_t b, std::int64_t i) const { return __int128{i} + offset(b); }
 
   // Keys of batch entry b that are not padding: [0, key_end(b)).
   std::int64_t key_end(std::int64_t b) const { return key_lengths.empty() ? nkv(b) : key_lengths[b]; }
@@ -143,7 +144,7 @@ struct Params {
   };
   Range visible(std::int64_t b, std::int64_t i) const {
     using Wide = __int128;
-    const Wide p = Wide{i} + offset(b);
+    const Wide p = position(b, i);
     Wide lo = 0, hi = key_end(b);
     if (causal && p + 1 < hi) hi = p + 1;
     if (window_right >= 0 && p + window_right + 1 < hi) hi = p + window_right + 1;

@@ -36,6 +36,7 @@
 #include "commands.h"
 #include "cpu/dispatch.h"
 #include "io/npy.h"
+#include "output_files.h"
 #include "sdpa/attention.h"
 #include "support/machine.h"
 #if SDPA_HAVE_BLAS_BASELINE
@@ -177,6 +178,19 @@ int run_bench(const std::string& which, std::vector<std::int64_t> ns, int thread
                 "rebuild\n");
   baseline = false;
 #endif
+  // The sizes --n implies, checked before any work: Q, K, V, O of the
+  // largest prefill shape (and the baseline's Nq x Nkv scores).
+  for (const std::int64_t n : ns)
+    if (n < 1) throw UsageError(fmt::format("--n: expected sequence lengths >= 1, got {}", n));
+  for (const Shape& s : default_shapes(which, ns)) {
+    const std::uint64_t q = mul_sat(mul_sat(mul_sat(s.b, s.h), s.n_q), s.d),
+                        kv = mul_sat(mul_sat(mul_sat(s.b, s.h_kv), s.n_kv), s.d);
+    std::uint64_t bytes = mul_sat(add_sat(mul_sat(2, q), mul_sat(2, kv)), sizeof(float));
+    if (baseline) bytes = add_sat(bytes, mul_sat(mul_sat(s.n_q, s.n_kv), sizeof(float)));
+    check_fits_memory("--n", std::to_string(s.n_q), bytes,
+                      baseline ? "Q, K, V, O and the baseline's scores" : "Q, K, V and O");
+  }
+  if (!json_path.empty()) check_destination("--json", json_path);
   const int t = sdpa::bench::resolve_threads(threads);
   std::sort(ns.begin(), ns.end());
 
@@ -262,7 +276,9 @@ const Registrar reg{{"bench", "Benchmark sdpa against the measured FMA peak, DRA
                            ->capture_default_str();
                        sub.add_flag("--no-baseline", *no_baseline, "skip the OpenBLAS baseline");
                        sub.add_option("--isa", *isa, "Kernel instruction set: " + isa_choices())->capture_default_str();
-                       sub.add_option("--json", *json, "also write the results as JSON to this file");
+                       sub.add_option("--json", *json, "also write the results as JSON to this file")
+                           ->type_name("PATH")
+                           ->check(file_name());
                        return [=] { return run_bench(*which, *ns, *threads, *repeats, !*no_baseline, *isa, *json); };
                      },
                      60}};

@@ -1,5 +1,7 @@
 #include "cli_util.h"
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -143,6 +145,41 @@ std::int64_t parse_integer(std::string_view flag, const std::string& text, std::
   }
   if (value < min) throw UsageError(fmt::format("{}: expected an integer >= {}, got {}", flag, min, value));
   return value;
+}
+
+std::uint64_t mul_sat(std::uint64_t a, std::uint64_t b) {
+  std::uint64_t r = 0;
+  return __builtin_mul_overflow(a, b, &r) ? std::numeric_limits<std::uint64_t>::max() : r;
+}
+
+std::uint64_t add_sat(std::uint64_t a, std::uint64_t b) {
+  std::uint64_t r = 0;
+  return __builtin_add_overflow(a, b, &r) ? std::numeric_limits<std::uint64_t>::max() : r;
+}
+
+std::uint64_t physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return std::numeric_limits<std::uint64_t>::max();
+  return mul_sat(static_cast<std::uint64_t>(pages), static_cast<std::uint64_t>(page));
+}
+
+std::string format_bytes(std::uint64_t bytes) {
+  if (bytes == std::numeric_limits<std::uint64_t>::max()) return "more than 16 EiB";
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double x = static_cast<double>(bytes);
+  int u = 0;
+  while (x >= 1024 && u < 6) {
+    x /= 1024;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", x, kUnits[u]);
+}
+
+void check_fits_memory(std::string_view flag, std::string_view value, std::uint64_t bytes, std::string_view what) {
+  const std::uint64_t have = physical_memory_bytes();
+  if (bytes <= have) return;
+  throw UsageError(fmt::format("{}: expected a size whose arrays fit in memory ({} on this machine), got {} ({} of {})",
+                               flag, format_bytes(have), value, format_bytes(bytes), what));
 }
 
 std::string format_number(double x) {

@@ -28,6 +28,18 @@ int parse_int(std::string_view flag, const std::string& text);
 // A finite number that float32 can hold (ONNX's float attributes).
 float parse_float32(std::string_view flag, const std::string& text);
 
+// Sizes that flags imply, in bytes, without overflow: products saturate at
+// UINT64_MAX (which no machine holds).
+std::uint64_t mul_sat(std::uint64_t a, std::uint64_t b);
+std::uint64_t add_sat(std::uint64_t a, std::uint64_t b);
+// The physical memory of this machine in bytes (UINT64_MAX when unknown).
+std::uint64_t physical_memory_bytes();
+// A usage error naming `flag` unless `bytes` of `what` fit in physical memory:
+// "--n: expected sizes whose arrays fit in memory (16.0 GiB), got 1000000000 (4.0 TiB of q, k, v, o)".
+void check_fits_memory(std::string_view flag, std::string_view value, std::uint64_t bytes, std::string_view what);
+// A byte count for people: "512 B", "1.5 KiB", ..., "16.0 EiB".
+std::string format_bytes(std::uint64_t bytes);
+
 // An integer-valued x without decimals ("64"), otherwise up to 4 decimals with
 // trailing zeros dropped ("1.4142", "12.5"); very large or tiny magnitudes in
 // scientific notation so the text stays short.

@@ -10,6 +10,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <cstdint>
+#include <limits>
 #include <chrono>
 #include <cmath>
 #include <numeric>
@@ -80,6 +83,63 @@ std::vector<float> randn(std::size_t n, std::mt19937_64& rng) {
   return x;
 }
 
+// The flags that size the arrays, in the order check_sizes takes their values.
+struct SizeFlag {
+  const char* flag;
+  std::int64_t fallback;  // the default, against which the culprit is found
+  const std::string DecodeArgs::*text;
+};
+constexpr SizeFlag kSizeFlags[] = {{"--batch", 1, &DecodeArgs::batch},     {"--heads", 32, &DecodeArgs::heads},
+                                   {"--kv-heads", 8, &DecodeArgs::kv_heads}, {"--prompt", 4096, &DecodeArgs::prompt},
+                                   {"--tokens", 32, &DecodeArgs::tokens},    {"--d", 128, &DecodeArgs::d},
+                                   {"--page-size", 16, &DecodeArgs::page_size}};
+
+// Bytes the run holds at once (saturating): the K and V caches, and the
+// prefill's Q, O, new keys and values; and the pages the int32 block table
+// must be able to number.
+struct Footprint {
+  std::uint64_t bytes, pages;
+};
+Footprint footprint(const std::array<std::int64_t, 7>& x, bool paged) {
+  const auto [b, h, h_kv, prompt, tokens, d, ps] = x;
+  const std::uint64_t cap = add_sat(prompt, tokens);
+  const std::uint64_t pages_per_seq = paged ? cap / ps + (cap % ps != 0) : 0;
+  const std::uint64_t rows = paged ? mul_sat(pages_per_seq, ps) : cap;
+  const std::uint64_t cache = mul_sat(mul_sat(mul_sat(b, h_kv), rows), d);
+  const std::uint64_t q = mul_sat(mul_sat(mul_sat(b, h), prompt), d), kv_new = mul_sat(mul_sat(mul_sat(b, h_kv), prompt), d);
+  const std::uint64_t floats = add_sat(add_sat(mul_sat(2, cache), mul_sat(2, q)), mul_sat(2, kv_new));
+  return {mul_sat(floats, sizeof(float)), mul_sat(b, pages_per_seq)};
+}
+
+// Checked before any work: the sizes the flags imply must fit in memory (and
+// the page count in the int32 block table). The flag named is the one whose
+// default would shrink the run the most.
+void check_sizes(const DecodeArgs& a, const std::array<std::int64_t, 7>& x) {
+  const Footprint f = footprint(x, a.paged);
+  const bool too_many_pages = f.pages > static_cast<std::uint64_t>(std::numeric_limits<std::int32_t>::max());
+  const std::uint64_t have = physical_memory_bytes();
+  if (f.bytes <= have && !too_many_pages) return;
+  std::size_t culprit = 0;
+  std::uint64_t best = std::numeric_limits<std::uint64_t>::max();
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if (x[i] <= kSizeFlags[i].fallback) continue;
+    std::array<std::int64_t, 7> y = x;
+    y[i] = kSizeFlags[i].fallback;
+    const Footprint g = footprint(y, a.paged);
+    const std::uint64_t score = too_many_pages && f.bytes <= have ? g.pages : g.bytes;
+    if (score < best) {
+      best = score;
+      culprit = i;
+    }
+  }
+  const SizeFlag& sf = kSizeFlags[culprit];
+  if (f.bytes > have)
+    check_fits_memory(sf.flag, a.*sf.text, f.bytes, "K/V cache, queries and outputs");
+  throw UsageError(fmt::format("{}: expected sizes whose pages an int32 block table can number (at most {}), got {} "
+                               "({} pages)",
+                               sf.flag, std::numeric_limits<std::int32_t>::max(), a.*sf.text, f.pages));
+}
+
 int run_decode(const DecodeArgs& a) {
   const std::int64_t prompt = parse_integer("--prompt", a.prompt, 1), tokens = parse_integer("--tokens", a.tokens, 1),
                      b = parse_integer("--batch", a.batch, 1), h = parse_integer("--heads", a.heads, 1),
@@ -89,6 +149,7 @@ int run_decode(const DecodeArgs& a) {
   // The arrays are made from these flags, so a library error would name arrays
   // the user never gave: the one rule that ties two flags together is said in flag terms.
   if (h % h_kv != 0) throw UsageError(fmt::format("--kv-heads: expected a divisor of --heads={}, got {}", h, h_kv));
+  check_sizes(a, {b, h, h_kv, prompt, tokens, d, page_size});
   const Isa isa = parse_isa(a.isa);
   const int t = threads > 0 ? static_cast<int>(threads) : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   Options opt;
@@ -185,7 +246,16 @@ const Registrar kRegistrar{Command{
       sub.add_option("--page-size", a->page_size, "Keys per page with --paged")->capture_default_str();
       sub.add_option("--threads", a->threads, "Worker threads, 0 = one per hardware thread")->capture_default_str();
       sub.add_option("--isa", a->isa, "Kernel instruction set: " + isa_choices())->capture_default_str();
-      return [a] { return run_decode(*a); };
+      return [a] {
+        try {
+          return run_decode(*a);
+        } catch (const Error& e) {
+          // The library's working memory grows with the head size, and O is
+          // the one array it names for it; here O is sized by --d.
+          if (e.arg() != "o") throw;
+          throw CliError(kExitFailure, fmt::format("--d {}: expected {}, got {}", a->d, e.expected(), e.got()));
+        }
+      };
     },
     50,
 }};

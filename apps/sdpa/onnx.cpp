@@ -90,7 +90,14 @@ onnx::AttentionAttributes check_flags(const OnnxArgs& a) {
   check_distinct({{"--Y", a.y},
                   {"--present-key", a.present_key},
                   {"--present-value", a.present_value},
-                  {"--qk-matmul-output", a.qk_matmul_output}});
+                  {"--qk-matmul-output", a.qk_matmul_output}},
+                 {{"--Q", a.q},
+                  {"--K", a.k},
+                  {"--V", a.v},
+                  {"--attn-mask", a.attn_mask},
+                  {"--past-key", a.past_key},
+                  {"--past-value", a.past_value},
+                  {"--nonpad-kv-seqlen", a.nonpad_kv_seqlen}});
   return attr;
 }
 
@@ -178,23 +185,30 @@ const Registrar kRegistrar{Command{
       auto a = std::make_shared<OnnxArgs>();
       sub.add_option("--Q", a->q, "Q: (B, q_num_heads, Sq, D) or (B, Sq, q_num_heads·D)")
           ->required()
-          ->type_name("PATH");
+          ->type_name("PATH")
+          ->check(file_name());
       sub.add_option("--K", a->k, "K: (B, kv_num_heads, Skv, D) or (B, Skv, kv_num_heads·D)")
           ->required()
-          ->type_name("PATH");
+          ->type_name("PATH")
+          ->check(file_name());
       sub.add_option("--V", a->v, "V: (B, kv_num_heads, Skv, Dv) or (B, Skv, kv_num_heads·Dv)")
           ->required()
-          ->type_name("PATH");
+          ->type_name("PATH")
+          ->check(file_name());
       sub.add_option("--attn-mask", a->attn_mask,
                      "attn_mask: bool or float, broadcastable to (B, q_num_heads, Sq, T); from opset 24 the last axis "
                      "may be shorter than T (padded with -inf)")
-          ->type_name("PATH");
+          ->type_name("PATH")
+          ->check(file_name());
       sub.add_option("--past-key", a->past_key, "past_key: (B, kv_num_heads, P, D), with --past-value")
-          ->type_name("PATH");
+          ->type_name("PATH")
+          ->check(file_name());
       sub.add_option("--past-value", a->past_value, "past_value: (B, kv_num_heads, P, Dv), with --past-key")
-          ->type_name("PATH");
+          ->type_name("PATH")
+          ->check(file_name());
       sub.add_option("--nonpad-kv-seqlen", a->nonpad_kv_seqlen, "nonpad_kv_seqlen: int64 (B) (opset >= 24)")
-          ->type_name("PATH");
+          ->type_name("PATH")
+          ->check(file_name());
       sub.add_option("--is-causal", a->is_causal, "is_causal: 0 or 1 (default 0)")->type_name("0|1");
       sub.add_option("--scale", a->scale, "scale: a number > 0 (default 1/√D)")->type_name("S");
       sub.add_option("--softcap", a->softcap, "softcap: 0 (off, the default) or > 0")->type_name("C");
@@ -214,14 +228,18 @@ const Registrar kRegistrar{Command{
       sub.add_option("--opset", a->opset, "Operator set: 23, 24 or 25")->type_name("23|24|25")->capture_default_str();
       sub.add_option("--Y", a->y, "Output Y: Q's rank, (B, q_num_heads, Sq, Dv) or (B, Sq, q_num_heads·Dv)")
           ->required()
-          ->type_name("PATH");
+          ->type_name("PATH")
+          ->check(file_name());
       sub.add_option("--present-key", a->present_key, "Also write present_key: (B, kv_num_heads, T, D)")
-          ->type_name("PATH");
+          ->type_name("PATH")
+          ->check(file_name());
       sub.add_option("--present-value", a->present_value, "Also write present_value: (B, kv_num_heads, T, Dv)")
-          ->type_name("PATH");
+          ->type_name("PATH")
+          ->check(file_name());
       sub.add_option("--qk-matmul-output", a->qk_matmul_output,
                      "Also write qk_matmul_output: (B, q_num_heads, Sq, T) at --qk-matmul-output-mode")
-          ->type_name("PATH");
+          ->type_name("PATH")
+          ->check(file_name());
       sub.add_flag("--reference", a->reference, "Compute with the float64 oracle (outputs keep their ONNX types)");
       sub.footer(
           "Arrays are C-order .npy files: Q, K, past_key float16, float32 or float64 (one type T1), V and past_value\n"

@@ -29,15 +29,55 @@ void check_destination(const std::string& flag, const std::string& path) {
     throw std::runtime_error(fmt::format("{} {}: cannot write: no directory {}", flag, path, dir.string()));
 }
 
-void check_distinct(const std::vector<std::pair<std::string, std::string>>& outputs) {
-  for (std::size_t i = 0; i < outputs.size(); ++i) {
-    for (std::size_t j = i + 1; j < outputs.size(); ++j) {
-      const auto& [flag_i, path_i] = outputs[i];
-      const auto& [flag_j, path_j] = outputs[j];
-      if (!path_i.empty() && !path_j.empty() &&
-          fs::absolute(path_i).lexically_normal() == fs::absolute(path_j).lexically_normal())
-        throw UsageError(fmt::format("{} and {} name the same file {}", flag_i, flag_j, path_j));
+CLI::Validator file_name() {
+  return CLI::Validator(
+      [](std::string& value) { return value.empty() ? std::string("expected a file name, got an empty string") : std::string(); },
+      "");
+}
+
+namespace {
+
+// What a path names, for telling whether two paths are one file.
+struct Identity {
+  bool exists = false;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  fs::path normal;  // absolute, lexically normalised
+
+  explicit Identity(const std::string& path) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0) {  // follows links
+      exists = true;
+      dev = st.st_dev;
+      ino = st.st_ino;
     }
+    std::error_code ec;
+    normal = fs::absolute(path, ec).lexically_normal();
+    if (ec) normal = fs::path(path).lexically_normal();
+  }
+  bool same(const Identity& o) const {
+    if (exists && o.exists) return dev == o.dev && ino == o.ino;
+    return normal == o.normal;
+  }
+};
+
+}  // namespace
+
+void check_distinct(const FlagPaths& outputs, const FlagPaths& inputs) {
+  std::vector<std::pair<const std::pair<std::string, std::string>*, Identity>> ins, outs;
+  for (const auto& in : inputs)
+    if (!in.second.empty()) ins.emplace_back(&in, Identity(in.second));
+  for (const auto& out : outputs) {
+    if (out.second.empty()) continue;
+    Identity id(out.second);
+    for (const auto& [in, in_id] : ins)
+      if (id.same(in_id))
+        throw UsageError(fmt::format("{} {}: expected a file other than the inputs, got the file of {} {}", out.first,
+                                     out.second, in->first, in->second));
+    for (const auto& [other, other_id] : outs)
+      if (id.same(other_id))
+        throw UsageError(fmt::format("{} and {} name the same file {}", other->first, out.first, out.second));
+    outs.emplace_back(&out, std::move(id));
   }
 }
 

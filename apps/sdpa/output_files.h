@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "commands.h"
 #include "sdpa/tensor_view.h"
 
 namespace sdpa::cli {
@@ -16,9 +17,20 @@ namespace sdpa::cli {
 // in the message ("--out o.npy: cannot write: ...").
 void check_destination(const std::string& flag, const std::string& path);
 
-// Two outputs on one path would silently overwrite each other: a usage error.
-// `outputs` holds (flag, path) pairs; an empty path is an output not asked for.
-void check_distinct(const std::vector<std::pair<std::string, std::string>>& outputs);
+// A CLI11 check for a flag that takes a file name: an empty one is a usage
+// error ("--out: expected a file name, got an empty string"), so that an
+// empty path below always means "not asked for".
+CLI::Validator file_name();
+
+// (flag, path) pairs; an empty path is a flag not given.
+using FlagPaths = std::vector<std::pair<std::string, std::string>>;
+
+// Two outputs on one file would silently overwrite each other, and an output
+// on an input would replace it: usage errors, before anything is read. Files
+// are compared by identity (device and inode, following links), so a second
+// spelling, a symbolic or a hard link is the same file; outputs that do not
+// exist yet are compared by their normalised absolute paths.
+void check_distinct(const FlagPaths& outputs, const FlagPaths& inputs = {});
 
 // Each output is first written (with write_npy, atomically) to a stage file
 // next to its destination (path + ".tmp.<tag>.XXXXXX"); only when every stage

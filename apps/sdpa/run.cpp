@@ -13,13 +13,16 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <memory>
+#include <new>
 #include <optional>
 #include <random>
 #include <stdexcept>
@@ -152,9 +155,22 @@ struct Output {
 
 Output make_output(Named name, DType dtype, std::vector<std::int64_t> file_shape) {
   Output o{std::move(name), dtype, std::move(file_shape), {}};
-  std::int64_t n = 1;
-  for (std::int64_t d : o.file_shape) n *= d;
-  o.bytes.resize(static_cast<std::size_t>(n) * dtype_size(dtype));
+  // The sizes come from the inputs' files: checked (overflow-free) against
+  // the memory there is before the buffer is made.
+  std::uint64_t bytes = dtype_size(dtype);
+  for (std::int64_t d : o.file_shape) bytes = mul_sat(bytes, static_cast<std::uint64_t>(std::max<std::int64_t>(d, 0)));
+  const std::uint64_t have = physical_memory_bytes();
+  if (bytes > have || bytes > static_cast<std::uint64_t>(std::numeric_limits<std::ptrdiff_t>::max()))
+    throw CliError(kExitFailure, fmt::format("{}: expected an output that fits in memory ({} on this machine), got {} "
+                                             "({})",
+                                             o.name.who(), format_bytes(have), join_dims(o.file_shape),
+                                             format_bytes(bytes)));
+  try {
+    o.bytes.resize(static_cast<std::size_t>(bytes));
+  } catch (const std::bad_alloc&) {
+    throw CliError(kExitFailure, fmt::format("{}: expected an output that fits in memory, got {} ({}: out of memory)",
+                                             o.name.who(), join_dims(o.file_shape), format_bytes(bytes)));
+  }
   return o;
 }
 
@@ -205,7 +221,12 @@ Settings check_flags(const RunArgs& args) {
   if (!args.cu_seqlens_q.empty() && !args.probs.empty())
     throw UsageError("--probs: not available with packed sequences (--cu-seqlens-q/k)");
 
-  check_distinct({{"--out", args.out}, {"--lse", args.lse}, {"--probs", args.probs}});
+  check_distinct({{"--out", args.out}, {"--lse", args.lse}, {"--probs", args.probs}},
+                 {{"--q", args.q},
+                  {"--k", args.k},
+                  {"--v", args.v},
+                  {"--cu-seqlens-q", args.cu_seqlens_q},
+                  {"--cu-seqlens-k", args.cu_seqlens_k}});
   return s;
 }
 
@@ -388,18 +409,24 @@ const Registrar kRegistrar{Command{
       auto args = std::make_shared<RunArgs>();
       sub.add_option("--q", args->q, "Queries Q.npy: [B, H, Nq, d] (see --layout; 3-D drops B, 2-D drops B and H)")
           ->required()
-          ->type_name("PATH");
-      sub.add_option("--k", args->k, "Keys K.npy: [B, Hkv, Nkv, d], Hkv dividing H")->required()->type_name("PATH");
-      sub.add_option("--v", args->v, "Values V.npy: [B, Hkv, Nkv, dv]")->required()->type_name("PATH");
+          ->type_name("PATH")
+          ->check(file_name());
+      sub.add_option("--k", args->k, "Keys K.npy: [B, Hkv, Nkv, d], Hkv dividing H")->required()->type_name("PATH")
+          ->check(file_name());
+      sub.add_option("--v", args->v, "Values V.npy: [B, Hkv, Nkv, dv]")->required()->type_name("PATH")
+          ->check(file_name());
       sub.add_option("--out", args->out, "Output O.npy: [B, H, Nq, dv] in the layout and rank of Q")
           ->required()
-          ->type_name("PATH");
+          ->type_name("PATH")
+          ->check(file_name());
       sub.add_option("--lse", args->lse, "Also write the log-sum-exp per query: [B, H, Nq] (rank-adjusted)")
-          ->type_name("PATH");
+          ->type_name("PATH")
+          ->check(file_name());
       sub.add_option("--probs", args->probs,
                      fmt::format("Also write the probabilities: [B, H, Nq, Nkv] (rank-adjusted, at most {} elements)",
                                  kMaxProbsElements))
-          ->type_name("PATH");
+          ->type_name("PATH")
+          ->check(file_name());
       sub.add_option("--scale", args->scale, "Score scale, a finite number > 0 (default 1/√d)")->type_name("S");
       sub.add_flag("--causal", args->causal, "Causal mask aligned to the bottom-right corner");
       sub.add_option("--layout", args->layout, "Memory layout of all arrays: bhsd = [B, H, N, d], bshd = [B, N, H, d]")
@@ -415,10 +442,12 @@ const Registrar kRegistrar{Command{
       sub.add_option("--softcap", args->softcap, "Softcap c > 0: s <- c·tanh(s/c) on the scaled scores (0 = off)")->type_name("C");
       sub.add_option("--cu-seqlens-q", args->cu_seqlens_q,
                      "Packed batch: int32/int64 prefix sums [n + 1] of query rows; Q, O are then [total_q, H, d]")
-          ->type_name("PATH");
+          ->type_name("PATH")
+          ->check(file_name());
       sub.add_option("--cu-seqlens-k", args->cu_seqlens_k,
                      "Packed batch: prefix sums [n + 1] of key rows; K, V are then [total_k, Hkv, d]")
-          ->type_name("PATH");
+          ->type_name("PATH")
+          ->check(file_name());
       sub.add_flag("--reference", args->reference,
                    "Use the float64 oracle (float64 inputs stay float64; writes float64)");
       sub.add_option("--isa", args->isa, "Kernel instruction set: " + isa_choices())

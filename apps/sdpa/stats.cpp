@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "output_files.h"
 #include "explorer_api.h"
 #include "io/npy.h"
 
@@ -208,6 +209,8 @@ std::string render_svg(const std::vector<GrowthPoint>& pts, const GrowthConfig& 
 }
 
 int run_stats(const StatsArgs& args) {
+  // A destination that cannot work fails before the curve is computed.
+  if (!args.svg.empty()) check_destination("--svg", args.svg);
   GrowthConfig cfg;
   cfg.keys = args.keys;
   cfg.trials = args.trials;
@@ -245,7 +248,9 @@ const Registrar registrar{Command{
       sub.add_option("--dk-max", args->dk_max, "Largest d_k (the curve runs over 1, 2, 4, ... up to it)")
           ->capture_default_str()
           ->check(CLI::Range(1, 16384));
-      sub.add_option("--svg", args->svg, "Also write the chart as SVG to this file (atomically)");
+      sub.add_option("--svg", args->svg, "Also write the chart as SVG to this file (atomically)")
+          ->type_name("PATH")
+          ->check(file_name());
       sub.add_option("--keys", args->keys, "Keys per softmax row")
           ->capture_default_str()
           ->check(CLI::Range(explorer::kMinKeys, explorer::kMaxKeys));

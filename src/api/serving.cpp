@@ -3,9 +3,13 @@
 // new keys/values appended once everything has been accepted, then run.
 #include "sdpa/serving.h"
 
+#include <new>
+#include <string>
+
 #include "cpu/driver.h"
 #include "params.h"
 #include "reference/attention_ref.h"
+#include "sdpa/error.h"
 
 namespace sdpa {
 namespace {
@@ -13,10 +17,17 @@ namespace {
 void run(const Call& c) {
   const Params p = make_params(c);
   append_kv(p, c);
-  if (c.path == Path::reference)
-    reference::run(p);
-  else
-    cpu::run(p);
+  if (c.path == Path::reference) {
+    try {
+      reference::run(p);
+    } catch (const std::bad_alloc&) {
+      // The oracle's rows of Nkv scores and dv sums.
+      throw Error("o", "a call whose working memory (Nkv + dv doubles) can be allocated",
+                  "Nkv=" + std::to_string(p.n_kv) + ", dv=" + std::to_string(p.dv) + ": out of memory");
+    }
+  } else {
+    cpu::run(p);  // reports its own working memory
+  }
 }
 
 Path path_of(bool reference) { return reference ? Path::reference : Path::fast; }

@@ -259,10 +259,12 @@ Layout packed_layout(const Call& c) {
   l.k = packed_as_4d(c.k, "k", "[total_k, Hkv, d]");
   l.v = packed_as_4d(c.v, "v", "[total_k, Hkv, dv]");
   l.o = packed_as_4d(c.o, "o", "[total_q, H, dv]");
+  // cu_seqlens_q is checked whole before cu_seqlens_k is measured against it,
+  // so that a bad cu_seqlens_q (an empty one) is reported as itself.
   l.cu_q = read_ints(c.cu_seqlens_q, "cu_seqlens_q", -1, "[n + 1]");
+  check_prefix_sums(l.cu_q, "cu_seqlens_q", l.q.shape[2], c.max_seqlen_q);
   l.cu_k = read_ints(c.cu_seqlens_k, "cu_seqlens_k", static_cast<std::int64_t>(l.cu_q.size()),
                      "[n + 1] (as cu_seqlens_q)");
-  check_prefix_sums(l.cu_q, "cu_seqlens_q", l.q.shape[2], c.max_seqlen_q);
   check_prefix_sums(l.cu_k, "cu_seqlens_k", l.k.shape[2], c.max_seqlen_k);
   if (opt.lse.is_set()) {
     if (opt.lse.rank != 2) throw Error("lse", "a 2-D view [H, total_q]", "rank " + str(opt.lse.rank));
@@ -369,7 +371,7 @@ Layout paged_layout(const Call& c) {
   l.page_table.stride_j = table.stride[1];
   l.page_size = page_size;
   for (std::int64_t i = 0; i < b; ++i)
-    for (std::int64_t pg = 0; pg < (l.totals[i] + page_size - 1) / page_size; ++pg) {
+    for (std::int64_t pg = 0; pg < l.totals[i] / page_size + (l.totals[i] % page_size != 0); ++pg) {  // no overflow
       const std::int64_t e = Params::read_int(l.page_table, i, pg);
       if (e < 0 || e >= num_pages)
         throw Error("block_table", "page indices in [0, num_pages=" + str(num_pages) + ")",

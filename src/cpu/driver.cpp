@@ -42,16 +42,20 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <new>
+#include <string>
 #include <vector>
 
 #include "cpu/dispatch.h"
 #include "cpu/kernels/denormals.h"
 #include "cpu/threads.h"
 #include "half.h"
+#include "sdpa/error.h"
 
 namespace sdpa::cpu {
 namespace {
@@ -68,6 +72,9 @@ constexpr std::int64_t kMinChunkKeys = 256;
 // Blocks of at most this many rows (decode: Nq * group small) compute scores
 // straight from K rows: packing a transposed tile would cost more than using it.
 constexpr int kDirectRows = 8;
+// The most working memory one thread may use (qs, Kt, S, acc, V tile): 256 MiB,
+// about 900 times what d = dv = 128 needs.
+constexpr std::size_t kMaxWorkspaceBytes = std::size_t{256} << 20;
 
 struct Plan {
   int br = 0, bc = 0;
@@ -110,13 +117,35 @@ struct Group {
   std::vector<float> partials;  // split-KV partials (m, l, acc[dv]) per row, per chunk
 };
 
+// The working memory one attend() needs (floats): qs[br*d] kt[d*bc] s[br*bc]
+// acc[br*dv_pad] vp[bc*dv_pad] m,l,alpha,inv[br] + 2 int[br], each array
+// rounded up to 16 floats (64 bytes). 0 when it does not fit in size_t.
+std::size_t workspace_floats(std::int64_t br, std::int64_t bc, std::int64_t d, std::int64_t dv_pad) {
+  const auto r16 = [](unsigned __int128 x) { return (x + 15) / 16 * 16; };
+  using U = unsigned __int128;
+  const U n = r16(U(br) * U(d)) + r16(U(d) * U(bc)) + r16(U(br) * U(bc)) + r16(U(br) * U(dv_pad)) +
+              r16(U(bc) * U(dv_pad)) + 6 * r16(U(br));
+  return n * 4 > U(std::numeric_limits<std::ptrdiff_t>::max()) ? 0 : static_cast<std::size_t>(n);
+}
+
+// The error for working memory that cannot be had: named after o, whose rows
+// it accumulates (its size follows from d and dv, not from the key count).
+Error workspace_error(const Params& p, const std::string& what) {
+  return Error("o", "head sizes whose working memory fits (at most " + std::to_string(kMaxWorkspaceBytes) +
+                        " bytes per thread, growing with d and dv)",
+               "d=" + std::to_string(p.d) + ", dv=" + std::to_string(p.dv) + ": " + what);
+}
+
 // Per-thread scratch, grown on demand and reused across calls.
 class Workspace {
  public:
+  // nullptr when the memory cannot be allocated (the caller reports it).
   float* floats(std::size_t n) {
     if (n > cap_) {
-      mem_.reset(static_cast<float*>(std::aligned_alloc(64, round_up(static_cast<std::int64_t>(n) * 4, 64))));
-      if (!mem_) std::abort();
+      mem_.reset();
+      cap_ = 0;
+      mem_.reset(static_cast<float*>(std::aligned_alloc(64, (n * 4 + 63) / 64 * 64)));
+      if (!mem_) return nullptr;
       cap_ = n;
     }
     return mem_.get();
@@ -332,7 +361,7 @@ class Runner {
     const std::int64_t i = query(bl, rr), h = head(bl, rr);
     if (p_.alibi.data) {
       const float slope = static_cast<const float*>(p_.alibi.data)[bl.b * p_.alibi.stride_b + h * p_.alibi.stride_h];
-      const float pos = static_cast<float>(p_.position(bl.b, i) - t0);
+      const float pos = static_cast<float>(p_.position(bl.b, i) - t0);  // 128-bit: any offset
       for (int j = 0; j < n; ++j) row[j] -= slope * std::fabs(pos - static_cast<float>(j));
     }
     if (p_.mask.data) {
@@ -543,13 +572,35 @@ class Runner {
   void attend(const Block& bl, std::int64_t split) {
     const int d = static_cast<int>(p_.d), br = bl.g->pl.br, bc = bl.g->pl.bc;
     const std::int64_t dv_pad = bl.g->pl.dv_pad;
+
+    // Tiles wholly outside every row's range (causal frontier, window, key
+    // padding) are skipped: only [lo, hi) of this chunk is visited.
+    const BlockRange range = block_range(bl);
+    const std::int64_t kb = std::max(split * bl.g->pl.chunk, range.lo);
+    const std::int64_t ke = std::min({p_.nkv(bl.b), (split + 1) * bl.g->pl.chunk, range.hi});
+    if (kb >= ke && !((p_.probs.data || p_.scores.data) && p_.nkv(bl.b) > 0)) {
+      // No key to visit and no matrix to write: the rows are empty, with no
+      // working memory (however large d and dv are).
+      for (int rr = 0; rr < bl.nr; ++rr) {
+        if (bl.g->pl.splits > 1) {
+          float* part = partial(bl, split, rr);
+          part[0] = kNegInf;
+          part[1] = 0.0f;
+          std::memset(part + 2, 0, p_.dv * sizeof(float));
+        } else {
+          finish_row(bl, rr, -std::numeric_limits<double>::infinity(), 0.0, [](std::int64_t) { return 0.0; });
+        }
+      }
+      return;
+    }
+
     // Workspace (floats): qs[br*d] kt[d*bc] s[br*bc] acc[br*dv_pad] vp[bc*dv_pad] m,l,alpha,inv[br] + 2 int[br]
     const std::size_t n_qs = static_cast<std::size_t>(br) * d, n_kt = static_cast<std::size_t>(d) * bc,
                       n_s = static_cast<std::size_t>(br) * bc, n_acc = static_cast<std::size_t>(br * dv_pad),
                       n_vp = static_cast<std::size_t>(bc * dv_pad);
     auto round16 = [](std::size_t x) { return (x + 15) / 16 * 16; };  // keep every array 64-byte aligned
-    float* qs = workspace().floats(round16(n_qs) + round16(n_kt) + round16(n_s) + round16(n_acc) + round16(n_vp) +
-                                   6 * round16(br));
+    float* qs = workspace().floats(workspace_floats(br, bc, d, dv_pad));
+    if (!qs) throw workspace_error(p_, "out of memory");
     float* kt = qs + round16(n_qs);
     float* s = kt + round16(n_kt);
     float* acc = s + round16(n_s);
@@ -569,12 +620,6 @@ class Runner {
       const float* src = p_.q.at<const float>(bl.b, head(bl, rr), p_.q_row(bl.b, query(bl, rr)));
       for (int c = 0; c < d; ++c) qs[rr * d + c] = src[c] * scale;
     }
-
-    // Tiles wholly outside every row's range (causal frontier, window, key
-    // padding) are skipped: only [lo, hi) of this chunk is visited.
-    const BlockRange range = block_range(bl);
-    const std::int64_t kb = std::max(split * bl.g->pl.chunk, range.lo);
-    const std::int64_t ke = std::min({p_.nkv(bl.b), (split + 1) * bl.g->pl.chunk, range.hi});
 
     for (int rr = 0; rr < bl.nr; ++rr) {
       m[rr] = kNegInf;
@@ -662,12 +707,22 @@ class Runner {
 
 void run(const Params& p) {
   if (p.b == 0 || p.h == 0 || (!p.packed() && p.n_q == 0)) return;
-  Runner runner(p, kernels_for(p.isa));
-  parallel_for(runner.items(), p.threads, [&](std::int64_t i, int) {
-    FlushDenormals ftz;
-    runner.item(i);
-  });
-  parallel_for(runner.merges(), p.threads, [&](std::int64_t i, int) { runner.merge(i); });
+  const KernelSet& ks = kernels_for(p.isa);
+  // Checked before any work: rows that see keys need the per-thread working
+  // memory, whose size follows from d and dv alone.
+  const std::size_t ws = workspace_floats(ks.br, ks.bc, p.d, round_up(p.dv, ks.w));
+  if (ws == 0 || ws > kMaxWorkspaceBytes / 4)
+    if (p.n_kv > 0) throw workspace_error(p, "about " + std::to_string(ws ? ws * 4 : SIZE_MAX) + " bytes");
+  try {
+    Runner runner(p, ks);
+    parallel_for(runner.items(), p.threads, [&](std::int64_t i, int) {
+      FlushDenormals ftz;
+      runner.item(i);
+    });
+    parallel_for(runner.merges(), p.threads, [&](std::int64_t i, int) { runner.merge(i); });
+  } catch (const std::bad_alloc&) {
+    throw workspace_error(p, "out of memory");
+  }
 }
 
 }  // namespace sdpa::cpu

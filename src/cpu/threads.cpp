@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <exception>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -19,10 +20,19 @@ struct Job {
   std::int64_t n = 0;
   std::atomic<std::int64_t> next{0};
   int helpers = 0;  // workers 1..helpers take part
+  std::mutex error_mu;
+  std::exception_ptr error;  // the first exception an item threw
 };
 
 void drain(Job& job, int worker) {
-  for (std::int64_t i; (i = job.next.fetch_add(1, std::memory_order_relaxed)) < job.n;) (*job.fn)(i, worker);
+  try {
+    for (std::int64_t i; (i = job.next.fetch_add(1, std::memory_order_relaxed)) < job.n;) (*job.fn)(i, worker);
+  } catch (...) {
+    // Stop handing out items; the caller rethrows once everyone has stopped.
+    job.next.store(job.n, std::memory_order_relaxed);
+    std::lock_guard<std::mutex> lock(job.error_mu);
+    if (!job.error) job.error = std::current_exception();
+  }
 }
 
 class Pool {
@@ -88,17 +98,15 @@ void parallel_for(std::int64_t n, int threads, const std::function<void(std::int
   job.n = n;
   const std::int64_t useful = n < threads ? n : threads;
   job.helpers = static_cast<int>(useful) - 1;
-  if (job.helpers <= 0) {
-    drain(job, 0);
-    return;
-  }
   Pool& p = pool();
-  std::unique_lock<std::mutex> busy(p.call_mutex(), std::try_to_lock);
-  if (!busy.owns_lock()) {
+  std::unique_lock<std::mutex> busy;
+  if (job.helpers > 0) busy = std::unique_lock<std::mutex>(p.call_mutex(), std::try_to_lock);
+  if (busy.owns_lock()) {
+    p.run(job);
+  } else {
     drain(job, 0);
-    return;
   }
-  p.run(job);
+  if (job.error) std::rethrow_exception(job.error);
 }
 
 }  // namespace sdpa::cpu

@@ -14,7 +14,8 @@ namespace sdpa::cpu {
 // One process-wide pool of sleeping workers serves every call. When another
 // call already holds the pool (calls from several user threads), this call
 // runs its items on the calling thread: still correct and deterministic.
-// fn must not throw.
+// If fn throws, no further item is started, and the first exception thrown
+// is rethrown on the calling thread once every worker has stopped.
 void parallel_for(std::int64_t n, int threads, const std::function<void(std::int64_t item, int worker)>& fn);
 
 }  // namespace sdpa::cpu

@@ -671,13 +671,21 @@ NpyArray parse_npy(std::span<const std::byte> bytes, const std::string& name) {
 NpyArray read_npy(const std::string& path) {
   // Read the pieces directly (rather than the whole file then copy) so that a
   // large array is held in memory once.
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  // O_NONBLOCK: opening a FIFO (or a device) for reading must not wait for a
+  // writer before the file type has been checked; a regular file ignores it.
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
   if (fd.get() < 0) throw Error(path + ": cannot open for reading: " + errno_message(errno));
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) throw Error(path + ": cannot stat: " + errno_message(errno));
   if (!S_ISREG(st.st_mode)) {
-    throw Error(path, "a regular .npy file", S_ISDIR(st.st_mode) ? "a directory" : "not a regular file");
+    throw Error(path, "a regular .npy file",
+                S_ISDIR(st.st_mode)    ? "a directory"
+                : S_ISFIFO(st.st_mode) ? "a FIFO (named pipe)"
+                : S_ISSOCK(st.st_mode) ? "a socket"
+                : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
+                                                             : "not a regular file");
   }
+  if (const int fl = ::fcntl(fd.get(), F_GETFL); fl >= 0) ::fcntl(fd.get(), F_SETFL, fl & ~O_NONBLOCK);
   const auto total = static_cast<std::uint64_t>(st.st_size);
   const auto short_read = [&](std::uint64_t at) {
     return Error(path, std::to_string(total) + " bytes (the size when opened)",

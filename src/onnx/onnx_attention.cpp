@@ -25,6 +25,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <string>
 #include <utility>
 
@@ -217,7 +218,15 @@ TensorView readable(const TensorView& v, DType compute, Owned& keep, const char*
 Tensor make_tensor(DType dtype, std::vector<std::int64_t> shape, const char* name) {
   Tensor t;
   t.dtype = dtype;
-  t.data.resize(static_cast<std::size_t>(count(shape, name)) * dtype_size(dtype));
+  const std::int64_t n = count(shape, name);
+  std::int64_t bytes = 0;
+  if (__builtin_mul_overflow(n, static_cast<std::int64_t>(dtype_size(dtype)), &bytes))
+    throw Error(name, "a size in bytes that fits in 64 bits", dims(shape));
+  try {
+    t.data.resize(static_cast<std::size_t>(bytes));
+  } catch (const std::bad_alloc&) {
+    throw Error(name, "a tensor that fits in memory", dims(shape) + " (" + str(bytes) + " bytes)");
+  }
   t.shape = std::move(shape);
   return t;
 }
@@ -443,12 +452,18 @@ void attention(const AttentionInputs& in, const AttentionAttributes& attr, Atten
     const TensorView x4 = heads_first(x, s.hkv);
     if (!past.is_set() && !want) return readable(x4, compute, keep, name);
     const std::int64_t width = x4.shape[3];
-    present = make_tensor(type, {x4.shape[0], x4.shape[1], s.past + x4.shape[2], width}, present_name);
+    std::int64_t total = 0;
+    if (__builtin_add_overflow(s.past, x4.shape[2], &total))
+      throw Error(present_name, "a total sequence length that fits in 64 bits", str(s.past) + " + " + str(x4.shape[2]));
+    present = make_tensor(type, {x4.shape[0], x4.shape[1], total, width}, present_name);
+    // An empty present (B, heads or width 0) has nothing to copy and no
+    // memory to address.
+    if (present.data.empty()) return readable(present.view(), compute, keep, present_name);
     TensorView dst = present.view();
     if (past.is_set()) {
       dst.shape[2] = s.past;
       copy_view(past, dst);
-      dst.data = present.data.data() + static_cast<std::size_t>(s.past * width) * dtype_size(type);
+      dst.data = present.data.data() + static_cast<std::size_t>(s.past) * static_cast<std::size_t>(width) * dtype_size(type);
     }
     dst.shape[2] = x4.shape[2];
     copy_view(x4, dst);
@@ -474,8 +489,14 @@ void attention(const AttentionInputs& in, const AttentionAttributes& attr, Atten
     offsets.assign(static_cast<std::size_t>(s.b), s.past);
   } else if (np.is_set()) {
     const std::int64_t given = np.rank == 1 ? std::min(np.shape[0], s.b) : 0;
-    for (std::int64_t b = 0; b < s.b; ++b)
-      offsets.push_back((b < given ? static_cast<const std::int64_t*>(np.data)[b * np.stride[0]] : 0) - s.sq);
+    for (std::int64_t b = 0; b < s.b; ++b) {
+      const std::int64_t n = b < given ? static_cast<const std::int64_t*>(np.data)[b * np.stride[0]] : 0;
+      // A length below -2^63 + Sq is refused as a key length by the library;
+      // until then its offset just must not overflow.
+      std::int64_t off = 0;
+      if (__builtin_sub_overflow(n, s.sq, &off)) off = std::numeric_limits<std::int64_t>::min();
+      offsets.push_back(off);
+    }
   } else {
     opt.align = Align::top_left;
   }
