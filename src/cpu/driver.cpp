@@ -582,13 +582,11 @@ class Runner {
       // No key to visit and no matrix to write: the rows are empty, with no
       // working memory (however large d and dv are).
       for (int rr = 0; rr < bl.nr; ++rr) {
+        const double none = -std::numeric_limits<double>::infinity();
         if (bl.g->pl.splits > 1) {
-          float* part = partial(bl, split, rr);
-          part[0] = kNegInf;
-          part[1] = 0.0f;
-          std::memset(part + 2, 0, p_.dv * sizeof(float));
+          write_partial(partial(bl, split, rr), none, 0.0, false, [](std::int64_t) { return 0.0; });
         } else {
-          finish_row(bl, rr, -std::numeric_limits<double>::infinity(), 0.0, [](std::int64_t) { return 0.0; });
+          finish_row(bl, rr, none, 0.0, false, [](std::int64_t) { return 0.0; });
         }
       }
       return;
