@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "fuzz_util.h"
@@ -150,7 +151,39 @@ void attach(FuzzedDataProvider& fdp, Outputs& out, const Extras& e, const std::v
   }
 }
 
-void compare_outputs(const Outputs& fast, const Outputs& ref) {
+// The oracle's outputs: the fast path's layout, in memory of their own.
+void attach_like(Outputs& ref, const Outputs& fast) {
+  ref.o = fuzz::clone(fast.o);
+  if (fast.opt.lse.is_set()) {
+    ref.lse = fuzz::clone(fast.lse);
+    ref.opt.lse = ref.lse.view;
+  }
+  if (fast.opt.probs.is_set()) {
+    ref.probs = fuzz::clone(fast.probs);
+    ref.opt.probs = ref.probs.view;
+  }
+  if (fast.opt.scores.is_set()) {
+    ref.scores = fuzz::clone(fast.scores);
+    ref.opt.scores = ref.scores.view;
+  }
+}
+
+// With SDPA_FUZZ_VERBOSE set: what the call asked for (to read a reproducer).
+void describe(int mode, const Options& o) {
+  if (!std::getenv("SDPA_FUZZ_VERBOSE")) return;
+  auto v = [](const TensorView& t) { return t.is_set() ? std::string(dtype_name(t.dtype)) + t.shape_string() : std::string("-"); };
+  std::fprintf(stderr,
+               "fuzz: mode %d scale %s causal %d align %d window %lld,%lld softcap %g threads %d isa %s\n"
+               "      offsets %s key_lengths %s mask %s alibi %s sinks %s lse %s probs %s scores %s stage %d\n",
+               mode, o.scale ? std::to_string(*o.scale).c_str() : "-", o.causal, static_cast<int>(o.align),
+               static_cast<long long>(o.window_left), static_cast<long long>(o.window_right), o.softcap, o.threads,
+               isa_name(o.isa), v(o.position_offsets).c_str(), v(o.key_lengths).c_str(), v(o.mask).c_str(),
+               v(o.alibi_slopes).c_str(), v(o.sinks).c_str(), v(o.lse).c_str(), v(o.probs).c_str(), v(o.scores).c_str(),
+               static_cast<int>(o.scores_stage));
+}
+
+void compare_outputs(const Outputs& fast, const Outputs& ref, int mode) {
+  describe(mode, fast.opt);
   fuzz::compare("o", fast.o.view, ref.o.view, kTol);
   fuzz::compare("lse", fast.opt.lse, ref.opt.lse, kTol);
   fuzz::compare("probs", fast.opt.probs, ref.opt.probs, kTol);
@@ -162,7 +195,8 @@ bool runs(F&& f) {
   try {
     f();
     return true;
-  } catch (const Error&) {
+  } catch (const Error& e) {
+    if (std::getenv("SDPA_FUZZ_VERBOSE")) std::fprintf(stderr, "fuzz: sdpa::Error: %s\n", e.what());
     return false;
   }
 }
@@ -204,11 +238,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const Extras e = fuzz_extras(fdp, true);
     fast.opt = ref.opt = opt;
     attach(fdp, fast, e, {B, H, Nq, dv}, {B, H, Nq}, {B, H, Nq, Nkv}, DType::f32);
-    attach(fdp, ref, e, {B, H, Nq, dv}, {B, H, Nq}, {B, H, Nq, Nkv}, DType::f32);
+    attach_like(ref, fast);
     const bool fast_ok = runs([&] { attention(q.view, k.view, v.view, fast.o.view, fast.opt); });
     const bool ref_ok = runs([&] { reference_attention(q.view, k.view, v.view, ref.o.view, ref.opt); });
     if (in_t == DType::f32) check_agreement(fast_ok, ref_ok);
-    if (fast_ok && ref_ok && !specials) compare_outputs(fast, ref);
+    if (fast_ok && ref_ok && !specials) compare_outputs(fast, ref, mode);
     return 0;
   }
 
@@ -240,7 +274,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const Extras e = fuzz_extras(fdp, false);
     fast.opt = ref.opt = opt;
     attach(fdp, fast, e, {total_q, H, dv}, {H, total_q}, {}, DType::f32);
-    attach(fdp, ref, e, {total_q, H, dv}, {H, total_q}, {}, DType::f32);
+    attach_like(ref, fast);
     const bool fast_ok = runs([&] {
       attention_varlen(q.view, k.view, v.view, fast.o.view, cuq.view, cuk.view, fast.opt, maxq, maxk, false);
     });
@@ -248,7 +282,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       attention_varlen(q.view, k.view, v.view, ref.o.view, cuq.view, cuk.view, ref.opt, maxq, maxk, true);
     });
     check_agreement(fast_ok, ref_ok);
-    if (fast_ok && ref_ok && !specials) compare_outputs(fast, ref);
+    if (fast_ok && ref_ok && !specials) compare_outputs(fast, ref, mode);
     return 0;
   }
 
@@ -282,7 +316,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const Extras e = fuzz_extras(fdp, !paged);
   fast.opt = ref.opt = opt;
   attach(fdp, fast, e, {B, H, Nq, dv}, {B, H, Nq}, {B, H, Nq, capacity}, DType::f32);
-  attach(fdp, ref, e, {B, H, Nq, dv}, {B, H, Nq}, {B, H, Nq, capacity}, DType::f32);
+  attach_like(ref, fast);
   const std::vector<std::byte> k0 = kc.bytes, v0 = vc.bytes;
   auto call = [&](Outputs& out, bool reference) {
     if (paged)
@@ -299,7 +333,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   check_agreement(fast_ok, ref_ok);
   if (fast_ok && ref_ok) {
     if (kc.bytes != k1 || vc.bytes != v1) fuzz::fail("the fast path and the oracle appended different keys");
-    if (!specials) compare_outputs(fast, ref);
+    if (!specials) compare_outputs(fast, ref, mode);
   }
   return 0;
 }

@@ -47,8 +47,16 @@ inline void store(std::byte* p, DType dtype, double v) {
     case DType::f16: { std::uint16_t h = float_to_half(static_cast<float>(v)); std::memcpy(p, &h, 2); break; }
     case DType::bf16: { std::uint16_t h = to_bf16(static_cast<float>(v)); std::memcpy(p, &h, 2); break; }
     case DType::boolean: { bool b = v != 0; std::memcpy(p, &b, 1); break; }
-    case DType::i32: { std::int32_t i = static_cast<std::int32_t>(v); std::memcpy(p, &i, 4); break; }
-    case DType::i64: { std::int64_t i = static_cast<std::int64_t>(v); std::memcpy(p, &i, 8); break; }
+    case DType::i32: {
+      const std::int32_t i = std::isfinite(v) ? static_cast<std::int32_t>(std::clamp(v, -2e9, 2e9)) : -1;
+      std::memcpy(p, &i, 4);
+      break;
+    }
+    case DType::i64: {
+      const std::int64_t i = std::isfinite(v) ? static_cast<std::int64_t>(std::clamp(v, -9e18, 9e18)) : -1;
+      std::memcpy(p, &i, 8);
+      break;
+    }
   }
 }
 
@@ -101,8 +109,8 @@ inline Buffer make_buffer(FuzzedDataProvider& fdp, DType dtype, const std::vecto
   const std::size_t es = dtype_size(dtype);
   const std::int64_t span = numel == 0 ? 0 : hi - lo + 1;
   b.bytes.resize(static_cast<std::size_t>(span) * es);
-  std::byte* base = b.bytes.data() - lo * static_cast<std::int64_t>(es);
-  b.view.data = numel == 0 ? static_cast<void*>(b.bytes.data()) : static_cast<void*>(base);
+  b.view.data = numel == 0 ? static_cast<void*>(b.bytes.data())
+                           : static_cast<void*>(b.bytes.data() - lo * static_cast<std::int64_t>(es));
   b.view.dtype = dtype;
   b.view.rank = rank;
   for (int a = 0; a < rank; ++a) {
@@ -112,6 +120,16 @@ inline Buffer make_buffer(FuzzedDataProvider& fdp, DType dtype, const std::vecto
   // Fill every byte of the buffer (elements not in the view too).
   for (std::int64_t e = 0; e < span; ++e) store(b.bytes.data() + e * es, dtype, fuzz_value(fdp, specials));
   return b;
+}
+
+// A second buffer with the same bytes and strides (its own memory).
+inline Buffer clone(const Buffer& b) {
+  Buffer c;
+  c.bytes = b.bytes;
+  c.view = b.view;
+  if (b.view.is_set())
+    c.view.data = c.bytes.data() + (static_cast<const std::byte*>(b.view.data) - b.bytes.data());
+  return c;
 }
 
 inline Buffer make_int_buffer(FuzzedDataProvider& fdp, DType dtype, const std::vector<std::int64_t>& shape,
