@@ -1,36 +1,16 @@
 // sdpa: scaled dot-product attention from the command line.
-#include <algorithm>
 #include <cstdio>
 #include <exception>
-#include <memory>
 
+#include "app.h"
 #include "commands.h"
 #include "sdpa/error.h"
-#include "sdpa/version.h"
-
-namespace sdpa::cli {
-
-std::vector<Command>& registry() {
-  static std::vector<Command> commands;
-  return commands;
-}
-
-}  // namespace sdpa::cli
 
 int main(int argc, char** argv) {
   using namespace sdpa::cli;
-  CLI::App app{"sdpa: scaled dot-product attention, O = softmax(Q·Kᵀ·scale)·V, scale = 1/√d by default"};
-  app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("sdpa ") + sdpa::version());
-
-  std::vector<Command> commands = registry();
-  std::sort(commands.begin(), commands.end(),
-            [](const Command& a, const Command& b) { return a.order != b.order ? a.order < b.order : a.name < b.name; });
-  std::vector<std::pair<CLI::App*, std::function<int()>>> actions;
-  for (const Command& c : commands) {
-    CLI::App* sub = app.add_subcommand(c.name, c.summary);
-    actions.emplace_back(sub, c.setup(*sub));
-  }
+  BuiltApp built = build_app();
+  CLI::App& app = *built.app;
+  auto& actions = built.actions;
 
   try {
     app.parse(argc, argv);
