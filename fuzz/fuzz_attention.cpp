@@ -165,6 +165,7 @@ void attach_like(Outputs& ref, const Outputs& fast) {
   if (fast.opt.scores.is_set()) {
     ref.scores = fuzz::clone(fast.scores);
     ref.opt.scores = ref.scores.view;
+    ref.opt.scores_stage = fast.opt.scores_stage;
   }
 }
 

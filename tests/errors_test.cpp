@@ -103,6 +103,23 @@ TEST(Errors, output_overlapping_an_input) {
       "lse", {"disjoint from output o"});
 }
 
+// Strides whose overlap shows only across three axes: o [1, 2, 2, 2] with
+// strides (8, 3, 2, 1) puts elements (0, 1, 0, 0) and (0, 0, 1, 1) at offset 3.
+TEST(Errors, output_whose_elements_overlap_across_three_axes) {
+  std::vector<float> q(4, 1.f), k(4, 1.f), v(8, 1.f), o(7, 0.f);
+  TensorView ov = TensorView::contiguous(o.data(), {1, 2, 2, 2});
+  ov.stride = {8, 3, 2, 1};
+  try {
+    sdpa::attention(TensorView::contiguous(q.data(), {1, 2, 2, 1}), TensorView::contiguous(k.data(), {1, 2, 2, 1}),
+                    TensorView::contiguous(v.data(), {1, 2, 2, 2}), ov, {});
+    FAIL() << "an output whose elements overlap was accepted";
+  } catch (const sdpa::Error& e) {
+    EXPECT_EQ(e.arg(), "o");
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("distinct addresses"));
+  }
+  for (float x : o) EXPECT_EQ(x, 0.f);
+}
+
 TEST(Errors, output_overlapping_a_broadcast_input_or_itself) {
   // A float mask [Nkv] that lives inside O.
   expect_rejected([](Call& c) { c.opt.mask = TensorView::contiguous(c.o.data() + 2, {c.n_kv}); }, "o",

@@ -74,7 +74,9 @@ bool distinct_elements(const TensorView& t) {
   std::int64_t inner = 1;  // elements' offsets spanned by the inner axes: [0, inner)
   for (const auto& [stride, size] : axes) {
     if (stride < inner) return false;
-    if (__builtin_mul_overflow(stride, size - 1, &inner) || __builtin_add_overflow(inner, std::int64_t{1}, &inner))
+    // This axis's elements start `stride` apart and each spans the inner axes.
+    std::int64_t span = 0;
+    if (__builtin_mul_overflow(stride, size - 1, &span) || __builtin_add_overflow(span, inner, &inner))
       return true;  // the extent check in byte_range reports it
   }
   return true;

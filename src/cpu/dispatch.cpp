@@ -43,16 +43,33 @@ bool os_saves_zmm() {
   return os_saves_ymm() && (xgetbv0() & 0xE6) == 0xE6;
 }
 
+// CPUID feature bits, read directly (every compiler's <cpuid.h> has them;
+// __builtin_cpu_supports does not know "f16c" before clang 16).
+struct CpuFeatures {
+  bool fma = false, f16c = false, avx2 = false, avx512f = false;
+};
+
+CpuFeatures cpu_features() {
+  CpuFeatures f;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  f.fma = (c & bit_FMA) != 0;
+  f.f16c = (c & bit_F16C) != 0;
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+    f.avx2 = (b & bit_AVX2) != 0;
+    f.avx512f = (b & bit_AVX512F) != 0;
+  }
+  return f;
+}
+
 bool cpu_has_avx512() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         __builtin_cpu_supports("f16c") && os_saves_zmm();
+  const CpuFeatures f = cpu_features();
+  return f.avx512f && f.avx2 && f.fma && f.f16c && os_saves_zmm();
 }
 
 bool cpu_has_avx2() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
-         os_saves_ymm();
+  const CpuFeatures f = cpu_features();
+  return f.avx2 && f.fma && f.f16c && os_saves_ymm();
 }
 #endif
 

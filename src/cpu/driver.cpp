@@ -640,6 +640,9 @@ class Runner {
     // inputs, or Inf/NaN in its data) is recomputed in float64; a row that
     // ends with m = -inf is empty only if it sees no key.
     thread_local std::vector<double> exact;
+    thread_local std::vector<ExactRow> exact_rows;  // per row; seen is false for rows kept in float32
+    exact_rows.assign(static_cast<std::size_t>(bl.nr), ExactRow{0.0, 0.0, false});
+    bool any_exact = false;
     for (int rr = 0; rr < bl.nr; ++rr) {
       const float* a = acc + rr * dv_pad;
       bool finite = std::isfinite(m[rr]) && std::isfinite(l[rr]);
@@ -654,6 +657,8 @@ class Runner {
         continue;
       }
       const ExactRow x = exact_row(bl, rr, kb, ke, exact);
+      exact_rows[rr] = {x.m, x.l, true};
+      any_exact = true;
       auto acc_d = [&](std::int64_t c) { return exact[c]; };
       if (bl.g->pl.splits > 1)
         write_partial(partial(bl, split, rr), x.m, x.l, x.seen, acc_d);
@@ -661,7 +666,60 @@ class Runner {
         finish_row(bl, rr, x.m, x.l, x.seen, acc_d);
     }
     if (bl.g->pl.splits > 1) return;
-    if (p_.probs.data || p_.scores.data) write_matrices(bl, qs, kt, s, m, l, inv, row_begin, row_end, range);
+    if (p_.probs.data || p_.scores.data) {
+      // Rows recomputed in float64 get their matrices in float64 too; the
+      // float32 pass leaves them 0 (m = +inf makes exp(s - m) vanish).
+      for (int rr = 0; rr < bl.nr; ++rr)
+        if (exact_rows[rr].seen) m[rr] = std::numeric_limits<float>::infinity();
+      write_matrices(bl, qs, kt, s, m, l, inv, row_begin, row_end, range);
+      if (any_exact)
+        for (int rr = 0; rr < bl.nr; ++rr)
+          if (exact_rows[rr].seen) exact_matrix_row(bl, rr, exact_rows[rr]);
+    }
+  }
+
+  // The probabilities and scores of one row in float64, over every key, for a
+  // row whose O came from exact_row (m and l are its float64 results).
+  void exact_matrix_row(const Block& bl, int rr, const ExactRow& x) const {
+    const std::int64_t i = query(bl, rr), h = head(bl, rr);
+    const float* q = p_.q.at<const float>(bl.b, h, p_.q_row(bl.b, i));
+    const Final f = with_sink(bl, rr, x.m, x.l);
+    const bool empty = f.m == -std::numeric_limits<double>::infinity();
+    const double slope =
+        p_.alibi.data ? static_cast<const float*>(p_.alibi.data)[bl.b * p_.alibi.stride_b + h * p_.alibi.stride_h] : 0.0;
+    float* probs = p_.probs.data ? p_.probs.at<float>(bl.b, h, i) : nullptr;
+    float* scores = p_.scores.data ? p_.scores.at<float>(bl.b, h, i) : nullptr;
+    for (std::int64_t t = 0; t < p_.nkv(bl.b); ++t) {
+      const bool vis = visible(bl, rr, t);
+      double sc = -std::numeric_limits<double>::infinity(), prob = 0.0;
+      // Keys outside the row's range are read only for the scaled and
+      // softcapped stages, as the float32 pass reads them.
+      const bool need_dot = vis || (scores && (p_.scores_stage == ScoresStage::scaled ||
+                                               p_.scores_stage == ScoresStage::softcapped));
+      if (need_dot) {
+        const float* k = p_.kv_row<const float>(p_.k, bl.b, bl.hk, t);
+        double dot = 0;
+        for (std::int64_t c = 0; c < p_.d; ++c) dot += static_cast<double>(q[c]) * k[c];
+        double y = p_.scale * dot;
+        if (scores && p_.scores_stage == ScoresStage::scaled) sc = y;
+        if (p_.softcap > 0) y = p_.softcap * std::tanh(y / p_.softcap);
+        if (scores && p_.scores_stage == ScoresStage::softcapped) sc = y;
+        if (vis) {
+          if (p_.alibi.data) y -= slope * std::abs(static_cast<double>(p_.position(bl.b, i) - t));
+          if (p_.mask.data && p_.mask.dtype != DType::boolean) {
+            const Broadcast& mk = p_.mask;
+            const std::int64_t at = bl.b * mk.stride_b + h * mk.stride_h + i * mk.stride_i + t * mk.stride_j;
+            y += mk.dtype == DType::f16 ? half_to_float(static_cast<const std::uint16_t*>(mk.data)[at])
+                                        : static_cast<const float*>(mk.data)[at];
+          }
+          if (scores && p_.scores_stage == ScoresStage::masked) sc = y;
+          prob = empty ? 0.0 : std::exp(y - f.m) / f.l;
+        }
+      }
+      if (scores && p_.scores_stage == ScoresStage::probabilities) sc = prob;
+      if (probs) probs[t] = static_cast<float>(prob);
+      if (scores) scores[t] = static_cast<float>(sc);
+    }
   }
 
   // The Nq x Nkv outputs: probabilities P = exp(S - m) / l (0 at invisible

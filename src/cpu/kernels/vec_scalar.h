@@ -44,6 +44,10 @@ static inline Vec vexp2(Vec t, Vec lo) {
   namespace c = exp2_coeffs;
   if (t.v != t.v) return t;
   if (t.v < c::min_exponent) return {0.0f};
+  // t > 0 reaches here only in a row holding a NaN score (the row max skips
+  // NaN, so it can miss a larger score): that row's result is NaN whatever
+  // this returns, but the conversion below must stay defined.
+  if (t.v > 127.0f) return {__builtin_inff()};
   const float n = std::nearbyint(t.v);
   const float f = (t.v - n) + lo.v;
   float p = c::c5;
