@@ -25,6 +25,7 @@
 #include "cpu/threads.h"
 #include "io/npy.h"
 #include "sdpa/attention.h"
+#include "support/problem.h"
 #include "sdpa/error.h"
 #include "sdpa/onnx.h"
 #include "sdpa/serving.h"
@@ -43,13 +44,7 @@ using ::testing::HasSubstr;
 constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
 constexpr std::int64_t kMin = std::numeric_limits<std::int64_t>::min();
 
-std::vector<float> randn(std::size_t n, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal;
-  std::vector<float> x(n);
-  for (float& e : x) e = normal(rng);
-  return x;
-}
+using sdpa::test::randn;
 
 std::vector<Isa> runnable_isas() {
   std::vector<Isa> out;

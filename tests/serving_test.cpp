@@ -14,18 +14,13 @@
 #include <vector>
 
 #include "sdpa/attention.h"
+#include "support/problem.h"
 #include "sdpa/serving.h"
 
 namespace sdpa {
 namespace {
 
-std::vector<float> randn(std::size_t n, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal;
-  std::vector<float> x(n);
-  for (float& e : x) e = normal(rng);
-  return x;
-}
+using test::randn;
 
 class Serving : public ::testing::TestWithParam<Isa> {
  protected:

@@ -172,4 +172,12 @@ double tolerance_lse(const Problem& pb, double max_abs_q, double max_abs_k) {
   return kSafety * (score_error(pb, max_abs_q, max_abs_k) + (pb.n_kv + 4) * kEps + magnitude * kEps);
 }
 
+std::vector<float> randn(std::size_t n, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal;
+  std::vector<float> x(n);
+  for (float& e : x) e = normal(rng);
+  return x;
+}
+
 }  // namespace sdpa::test

@@ -76,5 +76,7 @@ double tolerance_o(const Problem& pb, double max_abs_q, double max_abs_k, double
 // lse = m + log(l): errs by |Δs| + (Nkv + 4)·eps relative to l (log is 1-Lipschitz at l >= 1).
 double tolerance_lse(const Problem& pb, double max_abs_q, double max_abs_k);
 double max_abs(const std::vector<float>& x);
+// n standard-normal floats from a seeded generator.
+std::vector<float> randn(std::size_t n, std::uint64_t seed);
 
 }  // namespace sdpa::test
