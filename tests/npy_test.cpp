@@ -627,6 +627,15 @@ TEST(NpyMalformedTest, ByteCountOverflow) {
   EXPECT_THAT(msg, HasSubstr("overflow"));
 }
 
+TEST(NpyMalformedTest, StrideOverflowBehindAZeroExtent) {
+  // No element at all, but the strides of the axes before the 0 cannot be represented.
+  for (const char* shape : {"(0, 4294967296, 4294967296)", "(0, 2, 4611686018427387904)"}) {
+    const std::string msg = header_error(
+        std::string("{'descr': '<f4', 'fortran_order': False, 'shape': ") + shape + ", }", "");
+    EXPECT_THAT(msg, HasSubstr("strides that fit in int64")) << shape;
+  }
+}
+
 TEST(NpyMalformedTest, HugeShapeIsRejectedBeforeAllocating) {
   // 8 TB claimed, 8 bytes present: must be a clean error, not an allocation.
   const std::string msg =

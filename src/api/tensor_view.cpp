@@ -87,10 +87,13 @@ TensorView TensorView::contiguous(const void* data, DType dtype, std::span<const
     accumulate_extent(e, count, ("extent " + std::to_string(i)).c_str());
     v.shape[i++] = e;
   }
+  // The element count bounds the strides only when no extent is 0: with one,
+  // the count is 0 and the strides of the axes before it can still overflow.
   std::int64_t stride = 1;
   for (std::size_t j = n; j-- > 0;) {
     v.stride[j] = stride;
-    stride *= v.shape[j];  // cannot overflow: bounded by the checked element count
+    if (j > 0 && __builtin_mul_overflow(stride, v.shape[j], &stride))
+      throw Error("shape", "extents whose strides fit in int64", v.shape_string());
   }
   return v;
 }
@@ -108,7 +111,10 @@ TensorView TensorView::bshd(const void* data, DType dtype, std::int64_t b, std::
   v.rank = 4;
   v.shape = {b, h, n, d};
   // Memory is [B, N, H, d]; only the axis order presented to the caller changes.
-  v.stride = {n * h * d, d, h * d, 1};
+  std::int64_t hd = 0, nhd = 0;
+  if (__builtin_mul_overflow(h, d, &hd) || __builtin_mul_overflow(n, hd, &nhd))
+    throw Error("shape", "extents whose strides fit in int64", v.shape_string());
+  v.stride = {nhd, d, hd, 1};
   return v;
 }
 

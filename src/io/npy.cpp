@@ -413,6 +413,14 @@ Header interpret_header(std::string_view text, const std::string& name) {
     throw Error(name, "a byte count that fits in int64",
                 "shape " + shape_repr(h.shape) + " of " + dtype_name(h.dtype) + " (overflow)");
   }
+  // With a 0 extent the count is 0, yet the byte strides of the axes before
+  // it (C order: products of the extents after them) must still fit.
+  std::int64_t stride = static_cast<std::int64_t>(dtype_size(h.dtype));
+  for (std::size_t a = h.shape.size(); a-- > 1;) {
+    if (__builtin_mul_overflow(stride, h.shape[a], &stride)) {
+      throw Error(name, "strides that fit in int64", "shape " + shape_repr(h.shape) + " (overflow)");
+    }
+  }
   return h;
 }
 
