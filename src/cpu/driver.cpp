@@ -442,6 +442,34 @@ class Runner {
     return false;
   }
 
+  // Key t's score for row rr in float64, stage by stage: scale·q·k, after the
+  // softcap, and with ALiBi and the float mask added (the last only for keys
+  // the row sees).
+  struct ExactScore {
+    double scaled, softcapped, biased;
+  };
+  ExactScore exact_score(const Block& bl, int rr, const float* q, std::int64_t t) const {
+    const std::int64_t i = query(bl, rr), h = head(bl, rr);
+    const float* k = p_.kv_row<const float>(p_.k, bl.b, bl.hk, t);
+    double dot = 0;
+    for (std::int64_t c = 0; c < p_.d; ++c) dot += static_cast<double>(q[c]) * k[c];
+    ExactScore e;
+    e.scaled = p_.scale * dot;
+    e.softcapped = p_.softcap > 0 ? p_.softcap * std::tanh(e.scaled / p_.softcap) : e.scaled;
+    e.biased = e.softcapped;
+    if (p_.alibi.data) {
+      const double slope = static_cast<const float*>(p_.alibi.data)[bl.b * p_.alibi.stride_b + h * p_.alibi.stride_h];
+      e.biased -= slope * std::abs(static_cast<double>(p_.position(bl.b, i) - t));
+    }
+    if (p_.mask.data && p_.mask.dtype != DType::boolean) {
+      const Broadcast& mk = p_.mask;
+      const std::int64_t at = bl.b * mk.stride_b + h * mk.stride_h + i * mk.stride_i + t * mk.stride_j;
+      e.biased += mk.dtype == DType::f16 ? half_to_float(static_cast<const std::uint16_t*>(mk.data)[at])
+                                         : static_cast<const float*>(mk.data)[at];
+    }
+    return e;
+  }
+
   // One row over keys [kb, ke) in float64, as the oracle computes it: the
   // fallback for a row whose float32 result is not finite. Finite inputs can
   // overflow float32 in the scores (|q|, |k| ~ 1e38) or in P·V (|v| ~ 3e38);
@@ -456,25 +484,12 @@ class Runner {
     thread_local std::vector<double> sc;
     sc.assign(static_cast<std::size_t>(std::max<std::int64_t>(ke - kb, 0)), 0.0);
     const double kInfD = std::numeric_limits<double>::infinity();
-    const double slope =
-        p_.alibi.data ? static_cast<const float*>(p_.alibi.data)[bl.b * p_.alibi.stride_b + h * p_.alibi.stride_h] : 0.0;
     ExactRow r{-kInfD, 0.0, false};
     std::vector<char> vis(sc.size());
     for (std::int64_t t = kb; t < ke; ++t) {
       if (!(vis[t - kb] = visible(bl, rr, t))) continue;
       r.seen = true;
-      const float* k = p_.kv_row<const float>(p_.k, bl.b, bl.hk, t);
-      double dot = 0;
-      for (std::int64_t c = 0; c < p_.d; ++c) dot += static_cast<double>(q[c]) * k[c];
-      double x = p_.scale * dot;
-      if (p_.softcap > 0) x = p_.softcap * std::tanh(x / p_.softcap);
-      if (p_.alibi.data) x -= slope * std::abs(static_cast<double>(p_.position(bl.b, i) - t));
-      if (p_.mask.data && p_.mask.dtype != DType::boolean) {
-        const Broadcast& mk = p_.mask;
-        const std::int64_t at = bl.b * mk.stride_b + h * mk.stride_h + i * mk.stride_i + t * mk.stride_j;
-        x += mk.dtype == DType::f16 ? half_to_float(static_cast<const std::uint16_t*>(mk.data)[at])
-                                    : static_cast<const float*>(mk.data)[at];
-      }
+      const double x = exact_score(bl, rr, q, t).biased;
       sc[t - kb] = x;
       if (std::isnan(x) || std::isnan(r.m))
         r.m = std::nan("");
@@ -685,8 +700,6 @@ class Runner {
     const float* q = p_.q.at<const float>(bl.b, h, p_.q_row(bl.b, i));
     const Final f = with_sink(bl, rr, x.m, x.l);
     const bool empty = f.m == -std::numeric_limits<double>::infinity();
-    const double slope =
-        p_.alibi.data ? static_cast<const float*>(p_.alibi.data)[bl.b * p_.alibi.stride_b + h * p_.alibi.stride_h] : 0.0;
     float* probs = p_.probs.data ? p_.probs.at<float>(bl.b, h, i) : nullptr;
     float* scores = p_.scores.data ? p_.scores.at<float>(bl.b, h, i) : nullptr;
     for (std::int64_t t = 0; t < p_.nkv(bl.b); ++t) {
@@ -697,23 +710,12 @@ class Runner {
       const bool need_dot = vis || (scores && (p_.scores_stage == ScoresStage::scaled ||
                                                p_.scores_stage == ScoresStage::softcapped));
       if (need_dot) {
-        const float* k = p_.kv_row<const float>(p_.k, bl.b, bl.hk, t);
-        double dot = 0;
-        for (std::int64_t c = 0; c < p_.d; ++c) dot += static_cast<double>(q[c]) * k[c];
-        double y = p_.scale * dot;
-        if (scores && p_.scores_stage == ScoresStage::scaled) sc = y;
-        if (p_.softcap > 0) y = p_.softcap * std::tanh(y / p_.softcap);
-        if (scores && p_.scores_stage == ScoresStage::softcapped) sc = y;
+        const ExactScore e = exact_score(bl, rr, q, t);
+        if (p_.scores_stage == ScoresStage::scaled) sc = e.scaled;
+        if (p_.scores_stage == ScoresStage::softcapped) sc = e.softcapped;
         if (vis) {
-          if (p_.alibi.data) y -= slope * std::abs(static_cast<double>(p_.position(bl.b, i) - t));
-          if (p_.mask.data && p_.mask.dtype != DType::boolean) {
-            const Broadcast& mk = p_.mask;
-            const std::int64_t at = bl.b * mk.stride_b + h * mk.stride_h + i * mk.stride_i + t * mk.stride_j;
-            y += mk.dtype == DType::f16 ? half_to_float(static_cast<const std::uint16_t*>(mk.data)[at])
-                                        : static_cast<const float*>(mk.data)[at];
-          }
-          if (scores && p_.scores_stage == ScoresStage::masked) sc = y;
-          prob = empty ? 0.0 : std::exp(y - f.m) / f.l;
+          if (p_.scores_stage == ScoresStage::masked) sc = e.biased;
+          prob = empty ? 0.0 : std::exp(e.biased - f.m) / f.l;
         }
       }
       if (scores && p_.scores_stage == ScoresStage::probabilities) sc = prob;
