@@ -93,6 +93,22 @@ struct Params {
   Operand scores;                    // [B, H, Nq, Nkv] output at scores_stage, or data == nullptr
   ScoresStage scores_stage = ScoresStage::scaled;
 
+  // Dropout (Options::dropout_p > 0): keep iff philox word >= dropout_threshold,
+  // kept probabilities scaled by dropout_scale = 1 / (1 - p). See src/philox.h.
+  bool dropout = false;
+  double dropout_p = 0;
+  double dropout_scale = 1;
+  std::uint64_t dropout_seed = 0, dropout_offset = 0;
+  Operand dropout_mask;    // bool [B, H, Nq, Nkv] output of the forward, or data == nullptr
+
+  // Backward (a Call with backward set): o and lse are inputs (as the forward
+  // saved them, lse [B, H, Nq] required), grad_o = dO [B, H, Nq, dv] the
+  // incoming gradient; grad_q, grad_k, grad_v (dQ, dK, dV) in the layouts of
+  // q, k, v; grad_sinks [H] (stride_h) or data == nullptr. probs, scores and
+  // dropout_mask are unset.
+  bool backward = false;
+  Operand grad_o, grad_q, grad_k, grad_v, grad_sinks;
+
   int threads = 1;         // >= 1, resolved from Options::threads
   Isa isa = Isa::scalar;   // resolved; never Isa::automatic
 
@@ -170,6 +186,10 @@ struct Call {
   // cache, paged: int32/int64 [B]; k_new [B, Hkv, n_new, d] and v_new [B, Hkv, n_new, dv] (optional, together)
   TensorView cache_seqlens{}, k_new{}, v_new{};
   TensorView block_table{};        // paged: int32/int64 [B, max_pages]
+  // Backward (dense or packed storage): o and lse are the forward's saved
+  // outputs, read as inputs; d_o the incoming gradient; dq..dsinks the outputs.
+  bool backward = false;
+  TensorView lse{}, d_o{}, dq{}, dk{}, dv{}, dsinks{};
 };
 
 // Checks every invariant of the call and builds Params: the only code that

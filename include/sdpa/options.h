@@ -80,6 +80,23 @@ struct Options {
   // softmax's denominator as an extra key whose value is zero. lse includes it.
   TensorView sinks;
 
+  // Dropout on the attention probabilities (training). Each probability
+  // P[b, h, i, j] is kept with probability 1 - dropout_p and scaled by
+  // 1 / (1 - dropout_p), or zeroed: O = (P ∘ Z) · V. Whether key j is kept for
+  // query i of (b, h) is sdpa::dropout_keep (sdpa/dropout.h), a Philox-4x32-10
+  // function of (dropout_seed, dropout_offset, b, h, i, j): it does not depend
+  // on tiling, ISA or thread count, and the backward regenerates it. A training
+  // step advances dropout_offset (by 1 is enough: every (seed, offset) pair is
+  // its own stream). lse and probs are those of the softmax before dropout.
+  // With packed sequences, b is the sequence and i, j count within it.
+  double dropout_p = 0.0;             // in [0, 1); 0 = off
+  std::uint64_t dropout_seed = 0;
+  std::uint64_t dropout_offset = 0;   // < 2^32
+  // Optional output, bool [B, H, Nq, Nkv] (last axis contiguous, at most
+  // kMaxProbsElements elements): the keep decision of every (i, j), visible or
+  // not (1 = kept). Written by the forward pass only.
+  TensorView dropout_mask;
+
   // Worker threads: 0 = one per hardware thread. Results are bitwise identical
   // for every thread count.
   int threads = 0;

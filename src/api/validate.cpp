@@ -225,6 +225,9 @@ TensorView packed_as_4d(const TensorView& t, const char* name, const char* axes)
   return r;
 }
 
+// The lse of the call: the forward's optional output, or the backward's input.
+const TensorView& lse_of(const Call& c) { return c.backward ? c.lse : c.opt->lse; }
+
 // The caller's 4-D views as they are, K and V strided by batch entry (dense
 // K/V and dense caches).
 void take_views(const Call& c, Layout& l) {
@@ -232,7 +235,7 @@ void take_views(const Call& c, Layout& l) {
   l.k = c.k;
   l.v = c.v;
   l.o = c.o;
-  l.lse = c.opt->lse;
+  l.lse = lse_of(c);
   l.n_kv_views = c.k.shape[2];
   l.k_stride_b = c.k.stride[0];
   l.v_stride_b = c.v.stride[0];
@@ -251,8 +254,9 @@ Layout packed_layout(const Call& c) {
   const Options& opt = *c.opt;
   const char* what = nullptr;
   if (opt.mask.is_set()) what = "mask";
-  if (opt.probs.is_set()) what = "probs";
-  if (opt.scores.is_set()) what = "scores";
+  if (!c.backward && opt.probs.is_set()) what = "probs";
+  if (!c.backward && opt.scores.is_set()) what = "scores";
+  if (!c.backward && opt.dropout_mask.is_set()) what = "dropout_mask";
   if (opt.position_offsets.is_set()) what = "position_offsets";
   if (opt.key_lengths.is_set()) what = "key_lengths";
   if (what) throw Error(what, "unset with packed sequences (the lengths come from cu_seqlens)", "a view");
@@ -268,12 +272,12 @@ Layout packed_layout(const Call& c) {
   l.cu_k = read_ints(c.cu_seqlens_k, "cu_seqlens_k", static_cast<std::int64_t>(l.cu_q.size()),
                      "[n + 1] (as cu_seqlens_q)");
   check_prefix_sums(l.cu_k, "cu_seqlens_k", l.k.shape[2], c.max_seqlen_k);
-  if (opt.lse.is_set()) {
-    if (opt.lse.rank != 2) throw Error("lse", "a 2-D view [H, total_q]", "rank " + str(opt.lse.rank));
-    l.lse = opt.lse;
+  if (const TensorView& lse = lse_of(c); lse.is_set()) {
+    if (lse.rank != 2) throw Error("lse", "a 2-D view [H, total_q]", "rank " + str(lse.rank));
+    l.lse = lse;
     l.lse.rank = 3;
-    l.lse.shape = {1, opt.lse.shape[0], opt.lse.shape[1]};
-    l.lse.stride = {0, opt.lse.stride[0], opt.lse.stride[1]};
+    l.lse.shape = {1, lse.shape[0], lse.shape[1]};
+    l.lse.stride = {0, lse.stride[0], lse.stride[1]};
   }
   l.b = static_cast<std::int64_t>(l.cu_q.size()) - 1;
   for (std::int64_t s = 0; s < l.b; ++s) {
@@ -350,7 +354,7 @@ Layout paged_layout(const Call& c) {
   // probs and scores would cover keys past a sequence's length, whose block
   // table entries are not checked.
   for (auto [t, name] : {std::pair{&c.opt->mask, "mask"}, std::pair{&c.opt->probs, "probs"},
-                         std::pair{&c.opt->scores, "scores"}})
+                         std::pair{&c.opt->scores, "scores"}, std::pair{&c.opt->dropout_mask, "dropout_mask"}})
     if (t->is_set()) throw Error(name, "unset with a paged cache", "a view");
   const std::int64_t b = c.q.shape[0], num_pages = k_pages.shape[0], page_size = k_pages.shape[1];
   const TensorView& table = c.block_table;
@@ -393,7 +397,7 @@ Layout paged_layout(const Call& c) {
   l.k_shown = &c.k;
   l.v_shown = &c.v;
   l.o = c.o;
-  l.lse = c.opt->lse;
+  l.lse = lse_of(c);
   l.n_kv_views = capacity;
   l.k_stride_b = k_pages.stride[0];
   l.v_stride_b = v_pages.stride[0];
@@ -505,16 +509,40 @@ void check_scalars(Params& p, const Options& opt) {
   if (!(opt.softcap >= 0) || !std::isfinite(opt.softcap))
     throw Error("softcap", "0 (off) or a finite number > 0", std::to_string(opt.softcap));
   p.softcap = opt.softcap;
+  if (!(opt.dropout_p >= 0 && opt.dropout_p < 1))
+    throw Error("dropout_p", "a probability in [0, 1)", std::to_string(opt.dropout_p));
+  if (opt.dropout_p > 0) {
+    constexpr std::int64_t k32 = std::int64_t{1} << 32;
+    if (opt.dropout_offset >= std::uint64_t{1} << 32)
+      throw Error("dropout_offset", "an offset below 2^32", std::to_string(opt.dropout_offset));
+    // The counter words of sdpa::dropout_keep: each coordinate must fit its word.
+    std::int64_t slices = 0;
+    if (__builtin_mul_overflow(p.b, p.h, &slices) || slices > k32)
+      throw Error("dropout_p", "B*H <= 2^32 with dropout (a counter word per slice)",
+                  "B=" + str(p.b) + ", H=" + str(p.h));
+    if (p.n_q > k32) throw Error("dropout_p", "Nq <= 2^32 with dropout", "Nq=" + str(p.n_q));
+    if (p.n_kv > 4 * k32) throw Error("dropout_p", "Nkv <= 2^34 with dropout", "Nkv=" + str(p.n_kv));
+    p.dropout = true;
+    p.dropout_p = opt.dropout_p;
+    p.dropout_scale = 1.0 / (1.0 - opt.dropout_p);
+    p.dropout_seed = opt.dropout_seed;
+    p.dropout_offset = opt.dropout_offset;
+  }
 }
 
 // lse [B, H, Nq]; probs and scores [B, H, Nq, Nkv]: shape and dtype.
-Operand extra_output(const TensorView& t, const char* name, bool matrix, const Params& p, const Layout& l, Path path) {
+Operand extra_output(const TensorView& t, const char* name, bool matrix, const Params& p, const Layout& l, Path path,
+                     bool boolean = false) {
   if (matrix) {
     check_view(t, name, 4, "[B, H, Nq, Nkv]");
   } else {
     check_view(t, name, 3, "[B, H, Nq]");
   }
-  check_dtype(t, name, path);
+  if (boolean) {
+    if (t.dtype != DType::boolean) throw Error(name, "bool", dtype_name(t.dtype));
+  } else {
+    check_dtype(t, name, path);
+  }
   check_size(t, name, 0, l.q.shape[0], "batch B (from q)");  // 1 when packed
   check_size(t, name, 1, p.h, "heads H (from q)");
   check_size(t, name, 2, l.q.shape[2], "queries Nq (from q)");
@@ -524,6 +552,48 @@ Operand extra_output(const TensorView& t, const char* name, bool matrix, const P
       throw Error(name, "at most " + str(kMaxProbsElements) + " elements (B*H*Nq*Nkv)", str(t.numel()));
   }
   return operand(t);
+}
+
+// The backward's views: lse (required), d_o as o, dq/dk/dv as q/k/v in the
+// caller's layout (packed rows presented as 4-D like the inputs), dsinks [H].
+void check_backward(Params& p, const Layout& l, const Call& c) {
+  if (c.storage != KvStorage::dense && c.storage != KvStorage::packed)
+    throw Error("k", "dense or packed K/V for the backward", "a KV cache");
+  if (!l.lse.is_set())
+    throw Error("lse", "the forward's lse " + std::string(c.storage == KvStorage::packed ? "[H, total_q]" : "[B, H, Nq]"),
+                "an unset view");
+  p.lse = extra_output(l.lse, "lse", false, p, l, c.path);
+  const bool packed = c.storage == KvStorage::packed;
+  // Each gradient (and d_o) has the caller's shape of its input, in the
+  // caller's own rank (3-D packed rows or 4-D), with a layout of its own.
+  auto like = [&](const TensorView& t, const char* name, const TensorView& as, const char* as_name) {
+    const char* axes = packed ? "[rows, heads, X]" : "[B, heads, N, X]";
+    if (t.rank != as.rank)
+      throw Error(name, "a " + str(as.rank) + "-D view " + axes + " as " + as_name, "rank " + str(t.rank));
+    for (int a = 0; a < as.rank; ++a)
+      if (t.shape[a] != as.shape[a])
+        throw Error(name, std::string("the shape of ") + as_name + " " + dims(as), dims(t));
+    const TensorView v = packed ? packed_as_4d(t, name, axes) : t;
+    check_view(v, name, 4, axes);
+    check_dtype(v, name, c.path);
+    return operand(v);
+  };
+  p.grad_o = like(c.d_o, "d_o", c.o, "o");
+  p.grad_q = like(c.dq, "dq", c.q, "q");
+  p.grad_k = like(c.dk, "dk", c.k, "k");
+  p.grad_v = like(c.dv, "dv", c.v, "v");
+  if (c.dsinks.is_set()) {
+    if (!p.sinks.data) throw Error("dsinks", "unset when sinks is unset", "a view");
+    const TensorView& t = c.dsinks;
+    check_dtype(t, "dsinks", c.path);
+    if (t.rank != 1) throw Error("dsinks", "shape [H]", dims(t));
+    check_size(t, "dsinks", 0, p.h, "heads H (from q)");
+    if (t.numel() > 0 && !t.data) throw Error("dsinks", "non-null data", "nullptr");
+    p.grad_sinks.data = t.data;
+    p.grad_sinks.dtype = t.dtype;
+    p.grad_sinks.stride_h = t.stride[0];
+  }
+  p.backward = true;
 }
 
 // One overlap check for the whole call, in the caller's own views: outputs
@@ -538,7 +608,14 @@ void check_overlaps(const Call& c, const Layout& l) {
     std::string name;
   };
   std::vector<Named> inputs = {{&c.q, "q"}};
-  std::vector<Named> outputs = {{&c.o, "o"}, {&opt.lse, "lse"}, {&opt.probs, "probs"}, {&opt.scores, "scores"}};
+  std::vector<Named> outputs;
+  if (c.backward) {
+    for (const Named& in : {Named{&c.o, "o"}, Named{&c.lse, "lse"}, Named{&c.d_o, "d_o"}}) inputs.push_back(in);
+    outputs = {{&c.dq, "dq"}, {&c.dk, "dk"}, {&c.dv, "dv"}, {&c.dsinks, "dsinks"}};
+  } else {
+    outputs = {{&c.o, "o"}, {&opt.lse, "lse"}, {&opt.probs, "probs"}, {&opt.scores, "scores"},
+               {&opt.dropout_mask, "dropout_mask"}};
+  }
   for (const Named& kv : {Named{&c.k, l.k_name}, Named{&c.v, l.v_name}}) (append ? outputs : inputs).push_back(kv);
   for (const Named& in : {Named{&c.k_new, "k_new"}, Named{&c.v_new, "v_new"}, Named{&opt.mask, "mask"},
                           Named{&opt.alibi_slopes, "alibi_slopes"}, Named{&opt.sinks, "sinks"},
@@ -592,9 +669,15 @@ Params make_params(const Call& c) {
   p.threads = opt.threads > 0 ? opt.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   p.isa = cpu::select_isa(opt.isa);
 
-  if (l.lse.is_set()) p.lse = extra_output(l.lse, "lse", false, p, l, c.path);
-  if (opt.probs.is_set()) p.probs = extra_output(opt.probs, "probs", true, p, l, c.path);
-  if (opt.scores.is_set()) {
+  if (c.backward) {
+    check_backward(p, l, c);
+  } else {
+    if (l.lse.is_set()) p.lse = extra_output(l.lse, "lse", false, p, l, c.path);
+    if (opt.probs.is_set()) p.probs = extra_output(opt.probs, "probs", true, p, l, c.path);
+    if (opt.dropout_mask.is_set())
+      p.dropout_mask = extra_output(opt.dropout_mask, "dropout_mask", true, p, l, c.path, true);
+  }
+  if (!c.backward && opt.scores.is_set()) {
     const int stage = static_cast<int>(opt.scores_stage);
     if (stage < 0 || stage > 3) throw Error("scores_stage", "0..3", str(stage));
     p.scores = extra_output(opt.scores, "scores", true, p, l, c.path);

@@ -1,4 +1,4 @@
-// The float64 oracle (see attention_ref.cpp).
+// The float64 oracle (see attention_ref.cpp) and its backward (backward_ref.cpp).
 #pragma once
 
 #include "params.h"
@@ -6,5 +6,8 @@
 namespace sdpa::reference {
 
 void run(const Params& p);
+
+// The float64 backward (backward_ref.cpp) of a Params with backward set.
+void backward(const Params& p);
 
 }  // namespace sdpa::reference
