@@ -62,8 +62,8 @@ constexpr int kMaxTileKeys = 256;
 
 // The per-thread arrays of one item, in floats (each rounded to 16).
 struct Workspace {
-  std::int64_t kt, vt, kp, dk, dv, qs, dos, s, dp, tc, pt, st, rows;
-  std::int64_t total() const { return kt + vt + kp + dk + dv + qs + dos + s + dp + tc + pt + st + 5 * rows; }
+  std::int64_t kt, vt, kp, dk, dv, qs, dos, s, dp, tc, z, rows;
+  std::int64_t total() const { return kt + vt + kp + dk + dv + qs + dos + s + dp + tc + z + 5 * rows; }
 };
 
 Workspace workspace_of(std::int64_t bc, std::int64_t br, std::int64_t d_pad, std::int64_t dv_pad) {
@@ -76,8 +76,7 @@ Workspace workspace_of(std::int64_t bc, std::int64_t br, std::int64_t d_pad, std
   w.dv = r16(bc * dv_pad);
   w.qs = r16(br * d_pad);
   w.dos = r16(br * dv_pad);
-  w.s = w.dp = w.tc = r16(br * bc);
-  w.pt = w.st = r16(bc * br);
+  w.s = w.dp = w.tc = w.z = r16(br * bc);
   w.rows = r16(std::max(br, bc));
   return w;
 }
@@ -160,9 +159,8 @@ class Backward : TileOps {
     tile.s = tile.dos + ws_.dos;
     tile.dp = tile.s + ws_.s;
     tile.tc = tile.dp + ws_.dp;
-    tile.pt = tile.tc + ws_.tc;
-    tile.st = tile.pt + ws_.pt;
-    tile.ones = tile.st + ws_.st;
+    tile.z = tile.tc + ws_.tc;
+    tile.ones = tile.z + ws_.z;
     tile.lse = tile.ones + ws_.rows;
     tile.dd = tile.lse + ws_.rows;
     tile.row_begin = reinterpret_cast<int*>(tile.dd + ws_.rows);
@@ -284,7 +282,7 @@ class Backward : TileOps {
     float* dv;              // [n x dv_pad]
     float *qs, *dos;        // the block's Q·scale [nr x d_pad] and dO [nr x dv_pad]
     float *s, *dp, *tc;     // [nr x bc_pad]: S then P; dP then dS; the softcapped scores
-    float *pt, *st;         // (P∘Z)ᵀ and dSᵀ [n x kBlockRows]
+    float* z;               // [nr x bc_pad]: the dropout factors
     float *ones, *lse, *dd; // per row: 1, lse, D
     int *row_begin, *row_end;
   };
@@ -338,36 +336,24 @@ class Backward : TileOps {
     ks_.probs(t.s, nr, bc_pad, t.lse, t.ones);
     ks_.scores(t.dos, nr, dv_pad, t.vt, bc_pad, t.dp);
 
-    // dS = P ∘ (Z∘dP - D) (0 where P is: masked keys stay out whatever their
-    // values); (P∘Z)ᵀ and dSᵀ for the products over the block's rows.
-    const float inv_cap = capped ? static_cast<float>(1.0 / p_.softcap) : 0.0f;
-    const float keep_scale = static_cast<float>(p_.dropout_scale);
-    thread_local float z[kMaxTileKeys];
-    for (int rr = 0; rr < nr; ++rr) {
-      float* p = t.s + static_cast<std::int64_t>(rr) * bc_pad;
-      float* dp = t.dp + static_cast<std::int64_t>(rr) * bc_pad;
-      const float dd = t.dd[rr];
-      if (p_.dropout) {
-        for (int j = 0; j < n; ++j) z[j] = 1.0f;
-        dropout_row(dropout_stream(p_, bl.b, head(bl, rr)), query(bl, rr), t0, n, keep_scale, z);
-      }
-      for (int j = 0; j < n; ++j) {
-        const float pj = p[j];
-        const float zj = p_.dropout ? z[j] : 1.0f;
-        float ds = pj == 0.0f ? 0.0f : pj * (zj * dp[j] - dd);
-        if (capped) {
-          const float th = t.tc[static_cast<std::int64_t>(rr) * bc_pad + j] * inv_cap;
-          ds *= 1.0f - th * th;
-        }
-        dp[j] = ds;
-        t.pt[static_cast<std::int64_t>(j) * kBlockRows + rr] = pj * zj;
-        t.st[static_cast<std::int64_t>(j) * kBlockRows + rr] = ds;
+    // dS = P ∘ (Z∘dP - D), 0 where P is (masked keys stay out whatever their
+    // values); P <- P∘Z. The dropout factors are regenerated key by key.
+    float* z = nullptr;
+    if (p_.dropout) {
+      z = t.z;
+      const float keep_scale = static_cast<float>(p_.dropout_scale);
+      for (int rr = 0; rr < nr; ++rr) {
+        float* zr = z + static_cast<std::int64_t>(rr) * bc_pad;
+        for (int j = 0; j < bc_pad; ++j) zr[j] = 1.0f;
+        dropout_row(dropout_stream(p_, bl.b, head(bl, rr)), query(bl, rr), t0, n, keep_scale, zr);
       }
     }
+    ks_.grad_scores(t.s, t.dp, nr, bc_pad, t.dd, z, capped ? t.tc : nullptr,
+                    capped ? static_cast<float>(1.0 / p_.softcap) : 0.0f);
 
     // dV += (P∘Z)ᵀ·dO, dK += dSᵀ·(Q·scale), dQ += dS·K (scaled at the end).
-    ks_.pv(t.pt, n, nr, kBlockRows, do_rows, dv_pad, t.dv, t.ones, nullptr, nullptr);
-    ks_.pv(t.st, n, nr, kBlockRows, q_rows, d_pad, t.dk, t.ones, nullptr, nullptr);
+    ks_.pvt(t.s, n, nr, bc_pad, do_rows, dv_pad, t.dv);
+    ks_.pvt(t.dp, n, nr, bc_pad, q_rows, d_pad, t.dk);
     ks_.pv(t.dp, nr, n, bc_pad, t.k, d_pad, dq, t.ones, nullptr, nullptr);
   }
 
