@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "sdpa/attention.h"
+#include "sdpa/backward.h"
 
 TEST(Readme, library_example) {
   const std::int64_t B = 1, H = 4, Hkv = 2, Nq = 3, Nkv = 5, d = 8, dv = 8;
@@ -106,4 +107,45 @@ TEST(Readme, serving_examples) {
   }
   EXPECT_EQ(k_pages[((0 * page_size + (20 % page_size)) * Hkv) * d], 0.0f);  // page 0 belongs to sequence 0
   EXPECT_EQ(k_pages[((3 * page_size + (20 % page_size)) * Hkv) * d], 0.3f);  // sequence 1, slot 20 -> page 3
+}
+
+TEST(Readme, training_example) {
+  const std::int64_t B = 1, H = 2, Nq = 6, Nkv = 6, d = 8;
+  std::vector<float> q(B * H * Nq * d, 0.3f), k(B * H * Nkv * d, -0.2f), v(B * H * Nkv * d, 0.5f),
+      o(B * H * Nq * d), lse(B * H * Nq), go(B * H * Nq * d, 1.0f), dq(q.size()), dk(k.size()), dv(v.size());
+  for (std::size_t i = 0; i < k.size(); ++i) k[i] += 0.01f * static_cast<float>(i % 7);
+  const sdpa::TensorView Q = sdpa::TensorView::contiguous(q.data(), {B, H, Nq, d}),
+                         K = sdpa::TensorView::contiguous(k.data(), {B, H, Nkv, d}),
+                         V = sdpa::TensorView::contiguous(v.data(), {B, H, Nkv, d}),
+                         O = sdpa::TensorView::contiguous(o.data(), {B, H, Nq, d}),
+                         dO = sdpa::TensorView::contiguous(go.data(), {B, H, Nq, d}),
+                         dQ = sdpa::TensorView::contiguous(dq.data(), {B, H, Nq, d}),
+                         dK = sdpa::TensorView::contiguous(dk.data(), {B, H, Nkv, d}),
+                         dV = sdpa::TensorView::contiguous(dv.data(), {B, H, Nkv, d});
+
+  // ---- as in README.md ----
+  sdpa::Options opt;
+  opt.causal = true;
+  opt.dropout_p = 0.1;                  // keep each probability with 0.9, scale kept ones by 1/0.9
+  opt.dropout_seed = 1234;              // a training step advances opt.dropout_offset
+  opt.lse = sdpa::TensorView::contiguous(lse.data(), {B, H, Nq});
+  sdpa::attention(Q, K, V, O, opt);     // forward, saving lse
+  opt.lse = {};
+  sdpa::attention_backward(Q, K, V, O, sdpa::TensorView::contiguous(lse.data(), {B, H, Nq}), dO,
+                           {.dq = dQ, .dk = dK, .dv = dV}, opt);   // .dsinks = [H] with opt.sinks
+  // ---- end ----
+
+  // The example's gradients are the oracle's (the same call in float64 loops).
+  std::vector<float> rq(q.size()), rk(k.size()), rv(v.size());
+  sdpa::reference_attention_backward(Q, K, V, O, sdpa::TensorView::contiguous(lse.data(), {B, H, Nq}), dO,
+                                     {.dq = sdpa::TensorView::contiguous(rq.data(), {B, H, Nq, d}),
+                                      .dk = sdpa::TensorView::contiguous(rk.data(), {B, H, Nkv, d}),
+                                      .dv = sdpa::TensorView::contiguous(rv.data(), {B, H, Nkv, d})},
+                                     opt);
+  for (std::size_t i = 0; i < dq.size(); ++i) EXPECT_NEAR(dq[i], rq[i], 1e-5) << i;
+  for (std::size_t i = 0; i < dk.size(); ++i) EXPECT_NEAR(dk[i], rk[i], 1e-5) << i;
+  for (std::size_t i = 0; i < dv.size(); ++i) EXPECT_NEAR(dv[i], rv[i], 1e-5) << i;
+  double total = 0;  // dropout dropped something: dV is not the no-dropout one (whose rows sum to 1 per query)
+  for (float x : dv) total += x;
+  EXPECT_GT(std::abs(total - static_cast<double>(H * Nq * d)), 1e-3);
 }

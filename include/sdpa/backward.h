@@ -35,8 +35,8 @@ namespace sdpa {
 // layouts of their own choosing) of q, k, v; all three are required.
 // dsinks [H] is optional and allowed only when Options::sinks is set.
 struct Gradients {
-  TensorView dq, dk, dv;
-  TensorView dsinks;
+  TensorView dq{}, dk{}, dv{};
+  TensorView dsinks{};
 };
 
 // Fast path, float32. o [B, H, Nq, dv] and lse [B, H, Nq] as the forward wrote
