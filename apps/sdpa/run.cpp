@@ -366,7 +366,8 @@ Settings check_flags(const RunArgs& args) {
     // The [B, H, Nq, Nkv] arrays have no packed form.
     for (const auto& [flag, path] : {std::pair{"--probs", &args.probs}, std::pair{"--dropout-mask", &args.dropout_mask},
                                      std::pair{"--mask", &args.mask}})
-      if (!path->empty()) throw UsageError(fmt::format("{}: not available with packed sequences (--cu-seqlens-q/k)", flag));
+      if (!path->empty())
+        throw UsageError(fmt::format("{}: not available with packed sequences (--cu-seqlens-q/k)", flag));
   }
 
   check_distinct({{"--out", args.out},
