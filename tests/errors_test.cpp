@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "sdpa/attention.h"
+#include "sdpa/backward.h"
+#include "sdpa/serving.h"
 
 namespace sdpa {
 namespace {
@@ -193,6 +195,177 @@ TEST(Errors, the_oracle_checks_the_same_invariants) {
   Call c;
   c.kv.shape[0] = 1;
   EXPECT_THROW(reference_attention(c.qv, c.kv, c.vv, c.ov, c.opt), Error);
+}
+
+// ---- dropout options ----
+
+TEST(Errors, bad_dropout_p) {
+  for (double p : {1.0, -0.1, std::nan(""), 2.0, double(INFINITY)}) {
+    expect_rejected([p](Call& c) { c.opt.dropout_p = p; }, "dropout_p", {"[0, 1)"});
+  }
+}
+
+TEST(Errors, dropout_offset_beyond_32_bits) {
+  expect_rejected(
+      [](Call& c) {
+        c.opt.dropout_p = 0.5;
+        c.opt.dropout_offset = std::uint64_t{1} << 32;
+      },
+      "dropout_offset", {"below 2^32", "4294967296"});
+  // Without dropout the offset is not used, so not checked.
+  Call c;
+  c.opt.dropout_offset = std::uint64_t{1} << 32;
+  EXPECT_NO_THROW(c.run());
+}
+
+TEST(Errors, bad_dropout_mask) {
+  static std::vector<std::uint8_t> mask(2 * 4 * 5 * 6);
+  static std::vector<float> fmask(2 * 4 * 5 * 6);
+  expect_rejected(
+      [](Call& c) {
+        c.opt.dropout_p = 0.5;
+        c.opt.dropout_mask = TensorView::contiguous(fmask.data(), {c.b, c.h, c.n_q, c.n_kv});
+      },
+      "dropout_mask", {"bool", "float32"});
+  expect_rejected(
+      [](Call& c) {
+        c.opt.dropout_p = 0.5;
+        c.opt.dropout_mask = TensorView::contiguous(mask.data(), DType::boolean, {c.b, c.h, c.n_q, c.n_kv - 1});
+      },
+      "dropout_mask", {"keys Nkv=6"});
+  expect_rejected(
+      [](Call& c) { c.opt.dropout_mask = TensorView::contiguous(mask.data(), DType::boolean, {c.b, c.h, c.n_q}); },
+      "dropout_mask", {"4-D"});
+  expect_rejected(
+      [](Call& c) {
+        c.opt.dropout_mask = TensorView::contiguous(c.o.data(), DType::boolean, {c.b, c.h, c.n_q, c.n_kv});
+        c.opt.dropout_mask.data = c.k.data();
+      },
+      "dropout_mask", {"disjoint from input k"});
+}
+
+TEST(Errors, dropout_mask_with_packed_sequences) {
+  std::vector<float> q(8, 1.f), k(8, 1.f), v(8, 1.f), o(8, 42.f);
+  std::vector<std::uint8_t> mask(4);
+  std::vector<std::int32_t> cu = {0, 2};
+  Options opt;
+  opt.dropout_p = 0.5;
+  opt.dropout_mask = TensorView::contiguous(mask.data(), DType::boolean, {1, 1, 2, 2});
+  try {
+    attention_varlen(TensorView::contiguous(q.data(), {2, 1, 4}), TensorView::contiguous(k.data(), {2, 1, 4}),
+                     TensorView::contiguous(v.data(), {2, 1, 4}), TensorView::contiguous(o.data(), {2, 1, 4}),
+                     TensorView::contiguous(cu.data(), DType::i32, {2}), TensorView::contiguous(cu.data(), DType::i32, {2}),
+                     opt, -1, -1, true);
+    ADD_FAILURE() << "accepted dropout_mask with packed sequences";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.arg(), "dropout_mask") << e.what();
+  }
+  for (float x : o) EXPECT_EQ(x, 42.f);
+}
+
+// ---- the backward ----
+
+struct BackwardCall : Call {
+  std::vector<float> d_o, gq, gk, gv, gs, sinks;  // d_o, the gradients' buffers, sinks
+  TensorView lv, dov;
+  Gradients g;
+  bool reference = true;
+  BackwardCall() {
+    d_o.assign(o.size(), 1.0f);
+    gq.assign(q.size(), 42.0f);  // sentinels: must survive a rejected call
+    gk.assign(k.size(), 42.0f);
+    gv.assign(v.size(), 42.0f);
+    gs.assign(h, 42.0f);
+    sinks.assign(h, 0.5f);
+    lv = TensorView::contiguous(lse.data(), {b, h, n_q});
+    dov = TensorView::contiguous(d_o.data(), {b, h, n_q, dv});
+    g.dq = TensorView::contiguous(gq.data(), {b, h, n_q, d});
+    g.dk = TensorView::contiguous(gk.data(), {b, h_kv, n_kv, d});
+    g.dv = TensorView::contiguous(gv.data(), {b, h_kv, n_kv, dv});
+  }
+  void run() {
+    if (reference)
+      reference_attention_backward(qv, kv, vv, ov, lv, dov, g, opt);
+    else
+      attention_backward(qv, kv, vv, ov, lv, dov, g, opt);
+  }
+};
+
+void expect_backward_rejected(const std::function<void(BackwardCall&)>& mutate, const std::string& arg,
+                              std::vector<std::string> fragments) {
+  BackwardCall c;
+  mutate(c);
+  try {
+    c.run();
+    ADD_FAILURE() << "accepted a bad backward call; expected an error about " << arg;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.arg(), arg) << e.what();
+    EXPECT_THAT(e.what(), HasSubstr("expected")) << e.what();
+    for (const std::string& f : fragments) EXPECT_THAT(e.what(), HasSubstr(f));
+  }
+  for (const auto* out : {&c.gq, &c.gk, &c.gv, &c.gs})
+    for (float x : *out) ASSERT_EQ(x, 42.0f) << "a gradient was written by a rejected call";
+}
+
+TEST(Errors, valid_backward_call_is_accepted) {
+  BackwardCall c;
+  c.opt.sinks = TensorView::contiguous(c.sinks.data(), {c.h});
+  c.g.dsinks = TensorView::contiguous(c.gs.data(), {c.h});
+  c.opt.dropout_p = 0.25;
+  c.run();
+  EXPECT_NE(c.gq[0], 42.0f);
+  EXPECT_NE(c.gs[0], 42.0f);
+}
+
+TEST(Errors, backward_dsinks_without_sinks) {
+  expect_backward_rejected([](BackwardCall& c) { c.g.dsinks = TensorView::contiguous(c.gs.data(), {c.h}); },
+                           "dsinks", {"sinks is unset"});
+  expect_backward_rejected(
+      [](BackwardCall& c) {
+        c.opt.sinks = TensorView::contiguous(c.sinks.data(), {c.h});
+        c.g.dsinks = TensorView::contiguous(c.gs.data(), {c.h - 1});
+      },
+      "dsinks", {"heads H=4"});
+}
+
+TEST(Errors, backward_needs_lse) {
+  expect_backward_rejected([](BackwardCall& c) { c.lv = {}; }, "lse", {"the forward's lse"});
+  expect_backward_rejected([](BackwardCall& c) { c.lv = TensorView::contiguous(c.lse.data(), {c.b, c.h, c.n_q - 1}); },
+                           "lse", {"queries Nq=5"});
+}
+
+TEST(Errors, backward_gradients_of_the_wrong_shape) {
+  expect_backward_rejected([](BackwardCall& c) { c.g.dq.shape[3] = 4; }, "dq", {"the shape of q"});
+  expect_backward_rejected([](BackwardCall& c) { c.g.dk = TensorView::contiguous(c.gk.data(), {c.h_kv, c.n_kv, c.d}); },
+                           "dk", {"4-D", "rank 3"});
+  expect_backward_rejected([](BackwardCall& c) { c.g.dv.shape[1] = 1; }, "dv", {"the shape of v"});
+  expect_backward_rejected([](BackwardCall& c) { c.g.dv = {}; }, "dv", {"rank 0"});
+  expect_backward_rejected([](BackwardCall& c) { c.dov.shape[2] = 4; }, "d_o", {"the shape of o"});
+  expect_backward_rejected([](BackwardCall& c) { c.g.dq.stride[3] = 2; }, "dq", {"contiguous last axis"});
+}
+
+// Each moved view lies inside the buffer it overlaps, so it reaches no other one.
+TEST(Errors, backward_gradients_that_overlap) {
+  expect_backward_rejected([](BackwardCall& c) { c.g.dq.data = c.q.data(); }, "dq", {"disjoint from input q"});
+  expect_backward_rejected([](BackwardCall& c) { c.g.dv.data = c.d_o.data(); }, "dv", {"disjoint from input d_o"});
+  expect_backward_rejected([](BackwardCall& c) { c.g.dv.data = c.gk.data(); }, "dv", {"disjoint from output dk"});
+  expect_backward_rejected([](BackwardCall& c) { c.g.dq.stride[2] = 0; }, "dq", {"distinct addresses"});
+}
+
+TEST(Errors, backward_dtypes_and_options) {
+  expect_backward_rejected(
+      [](BackwardCall& c) {
+        c.reference = false;
+        c.g.dq.dtype = DType::f64;
+      },
+      "dq", {"float32", "float64"});
+  expect_backward_rejected([](BackwardCall& c) { c.opt.dropout_p = 1.0; }, "dropout_p", {"[0, 1)"});
+  expect_backward_rejected(
+      [](BackwardCall& c) {
+        c.opt.dropout_p = 0.1;
+        c.opt.dropout_offset = ~std::uint64_t{0};
+      },
+      "dropout_offset", {"below 2^32"});
 }
 
 }  // namespace

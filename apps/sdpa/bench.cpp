@@ -20,10 +20,23 @@
 // sdpa for each shape and is followed by a pause that lets them go to sleep.
 // The baseline exists only when OpenBLAS was found at configure time
 // (SDPA_HAVE_BLAS_BASELINE), --json only with nlohmann-json (SDPA_HAVE_JSON).
+//
+// --backward times the backward pass instead (dQ, dK, dV from the forward's O
+// and lse, which are computed once, untimed): FLOPs = 10·B·H·Nq·Nkv·d (the five
+// products QKᵀ, dO·Vᵀ, Pᵀ·dO, dSᵀ·Q, dS·K), halved for causal. Its peer is
+// PyTorch's CPU backward of scaled_dot_product_attention, timed in the same
+// run, shape by shape, by scripts/peer_bench.py (carried in the binary) under
+// the Python of --python, when torch is importable there.
 #include <fmt/format.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <array>
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -37,7 +50,9 @@
 #include "cpu/dispatch.h"
 #include "io/npy.h"
 #include "output_files.h"
+#include "peer_bench_py.h"
 #include "sdpa/attention.h"
+#include "sdpa/backward.h"
 #include "support/machine.h"
 #if SDPA_HAVE_BLAS_BASELINE
 #include "support/blas_baseline.h"
@@ -59,8 +74,78 @@ struct Row {
   Shape s;
   double ms = 0, gflops = 0, pct_peak = 0, gbs = 0, pct_bw = 0;
   double blas_ms = 0, speedup = 0;
+  double peer_ms = 0, vs_peer = 0;  // --backward: PyTorch's time and its ratio to sdpa's (0: not run)
   double io_mib = 0, extra_mib = 0;
 };
+
+// scripts/peer_bench.py run under a chosen Python: written to a temporary
+// file once, then one process per shape.
+class PythonPeer {
+ public:
+  explicit PythonPeer(std::string python) : python_(std::move(python)) {
+    std::string dir = std::filesystem::temp_directory_path().string();
+    std::string templ = dir + "/sdpa-peer-XXXXXX.py";
+    std::vector<char> buf(templ.begin(), templ.end());
+    buf.push_back('\0');
+    const int fd = mkstemps(buf.data(), 3);
+    if (fd < 0) return;
+    const std::string text = kPeerBenchPy;
+    const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    ::close(fd);
+    if (ok) script_ = buf.data();
+  }
+  ~PythonPeer() {
+    if (!script_.empty()) ::unlink(script_.c_str());
+  }
+  PythonPeer(const PythonPeer&) = delete;
+  PythonPeer& operator=(const PythonPeer&) = delete;
+
+  // The median time in ms, or a negative value with `why` set.
+  double run(const std::string& args, std::string& why) const {
+    if (script_.empty()) {
+      why = "could not write the peer script to the temporary directory";
+      return -1;
+    }
+    const std::string cmd = quote(python_) + " " + quote(script_) + " " + args + " 2>&1";
+    FILE* f = ::popen(cmd.c_str(), "r");
+    if (!f) {
+      why = "could not start " + python_;
+      return -1;
+    }
+    std::string out;
+    std::array<char, 4096> chunk;
+    while (std::size_t n = std::fread(chunk.data(), 1, chunk.size(), f)) out.append(chunk.data(), n);
+    const int status = ::pclose(f);
+    const std::size_t at = out.find("\"ms\": ");
+    if (status != 0 || at == std::string::npos) {
+      const std::size_t e = out.find("\"error\": \"");
+      why = e != std::string::npos ? out.substr(e + 10, out.find('"', e + 10) - e - 10)
+                                   : "failed: " + out.substr(0, std::min<std::size_t>(out.size(), 200));
+      return -1;
+    }
+    const std::size_t k = out.find("\"kernel\": \"");
+    if (k != std::string::npos) kernel = out.substr(k + 11, out.find('"', k + 11) - k - 11);
+    return std::strtod(out.c_str() + at + 6, nullptr);
+  }
+  const std::string& python() const { return python_; }
+  mutable std::string kernel;  // what the peer reported it ran
+
+ private:
+  static std::string quote(const std::string& s) {
+    std::string r = "'";
+    for (char c : s) r += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return r + "'";
+  }
+  std::string python_, script_;
+};
+
+// --python's default: $SDPA_PEER_PYTHON, the project's .venv when run from
+// its root, else python3 on PATH.
+std::string default_python() {
+  if (const char* e = std::getenv("SDPA_PEER_PYTHON"); e && *e) return e;
+  if (::access(".venv/bin/python3", X_OK) == 0) return ".venv/bin/python3";
+  return "python3";
+}
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -154,8 +239,127 @@ Row measure(const Shape& s, const Isa isa, int threads, int repeats, bool baseli
   return row;
 }
 
+Row measure_backward(const Shape& s, const Isa isa, int threads, int repeats, double peak, const PythonPeer* peer) {
+  Row row;
+  row.s = s;
+  std::mt19937 rng(42);
+  std::normal_distribution<float> normal;
+  const std::size_t nq = s.b * s.h * s.n_q * s.d, nkv = s.b * s.h_kv * s.n_kv * s.d;
+  std::vector<float> q(nq), k(nkv), v(nkv), o(nq), go(nq), lse(s.b * s.h * s.n_q), dq(nq), dk(nkv), dv(nkv);
+  for (auto* x : {&q, &k, &v, &go})
+    for (float& e : *x) e = normal(rng);
+  row.io_mib = (4 * q.size() + 4 * k.size() + lse.size()) * 4.0 / (1 << 20);
+  Options opt;
+  opt.causal = s.causal;
+  opt.threads = threads;
+  opt.isa = isa;
+  const TensorView qv = TensorView::contiguous(q.data(), {s.b, s.h, s.n_q, s.d});
+  const TensorView kv = TensorView::contiguous(k.data(), {s.b, s.h_kv, s.n_kv, s.d});
+  const TensorView vv = TensorView::contiguous(v.data(), {s.b, s.h_kv, s.n_kv, s.d});
+  const TensorView ov = TensorView::contiguous(o.data(), {s.b, s.h, s.n_q, s.d});
+  const TensorView lv = TensorView::contiguous(lse.data(), {s.b, s.h, s.n_q});
+  opt.lse = lv;
+  attention(qv, kv, vv, ov, opt);
+  opt.lse = {};
+  const Gradients g{TensorView::contiguous(dq.data(), {s.b, s.h, s.n_q, s.d}),
+                    TensorView::contiguous(dk.data(), {s.b, s.h_kv, s.n_kv, s.d}),
+                    TensorView::contiguous(dv.data(), {s.b, s.h_kv, s.n_kv, s.d}), {}};
+  const TensorView gov = TensorView::contiguous(go.data(), {s.b, s.h, s.n_q, s.d});
+  reset_peak_rss();
+  const double rss0 = proc_status_mib("VmRSS:");
+  row.ms = time_ms(repeats, [&] { attention_backward(qv, kv, vv, ov, lv, gov, g, opt); });
+  row.extra_mib = std::max(0.0, proc_status_mib("VmHWM:") - rss0);
+  double flop = 10.0 * s.b * s.h * s.n_q * s.n_kv * s.d;
+  if (s.causal && s.n_q == s.n_kv) flop /= 2;
+  row.gflops = flop / row.ms / 1e6;
+  row.pct_peak = sdpa::bench::percent_of_peak(row.gflops, peak);
+  if (peer) {
+    std::string why;
+    const double ms = peer->run(fmt::format("torch --pass backward --b {} --h {} --hkv {} --nq {} --nkv {} --d {}{} "
+                                            "--threads {} --repeats {}",
+                                            s.b, s.h, s.h_kv, s.n_q, s.n_kv, s.d, s.causal ? " --causal" : "", threads,
+                                            repeats),
+                                why);
+    if (ms > 0) {
+      row.peer_ms = ms;
+      row.vs_peer = ms / row.ms;
+    }
+  }
+  return row;
+}
+
+int run_backward_bench(const std::vector<Shape>& shapes, Isa isa, int t, int repeats, const std::string& python,
+                       const std::string& json_path) {
+  std::printf("machine: %u hardware threads; measuring the backward pass with %d thread%s, isa %s (kernels %s)\n",
+              std::thread::hardware_concurrency(), t, t == 1 ? "" : "s", isa_name(isa), cpu::kernels_for(isa).name);
+  const double peak_gflops = sdpa::bench::fma_peak_gflops(isa, t);
+  std::printf("FMA peak (float32, %d-lane FMA chains, %d threads): %.1f GFLOP/s\n", sdpa::bench::fma_lanes(isa), t,
+              peak_gflops);
+  // The peer: probed once on a tiny shape; the bench goes on without it.
+  PythonPeer peer(python);
+  std::string why;
+  const bool have_peer = peer.run("torch --pass backward --b 1 --h 1 --hkv 1 --nq 8 --nkv 8 --d 8 --repeats 1", why) > 0;
+  if (have_peer)
+    std::printf("peer: %s (under %s)\n\n", peer.kernel.c_str(), python.c_str());
+  else
+    std::printf("peer: PyTorch not timed: %s under %s (pip install torch in a virtual environment, then --python "
+                "PATH/bin/python3)\n\n",
+                why.c_str(), python.c_str());
+  std::printf("%-8s %3s %3s %4s %6s %6s %4s %-6s %9s %8s %7s %10s %9s %9s\n", "pass", "B", "H", "Hkv", "Nq", "Nkv",
+              "d", "causal", "ms", "GFLOP/s", "%peak", "torch ms", "vs torch", "extra MiB");
+  std::vector<Row> rows;
+  for (const Shape& s : shapes) {
+    const Row r = measure_backward(s, isa, t, repeats, peak_gflops, have_peer ? &peer : nullptr);
+    rows.push_back(r);
+    std::printf("%-8s %3lld %3lld %4lld %6lld %6lld %4lld %-6s %9.2f %8.1f %6.1f%% %10s %9s %9.1f\n", "backward",
+                (long long)s.b, (long long)s.h, (long long)s.h_kv, (long long)s.n_q, (long long)s.n_kv,
+                (long long)s.d, s.causal ? "yes" : "no", r.ms, r.gflops, r.pct_peak,
+                r.peer_ms > 0 ? fmt::format("{:.2f}", r.peer_ms).c_str() : "-",
+                r.peer_ms > 0 ? fmt::format("{:.2f}x", r.vs_peer).c_str() : "-", r.extra_mib);
+    std::fflush(stdout);
+  }
+#if SDPA_HAVE_JSON
+  if (!json_path.empty()) {
+    nlohmann::ordered_json js;
+    js["pass"] = "backward";
+    js["threads"] = t;
+    js["isa"] = isa_name(isa);
+    js["fma_peak_gflops"] = peak_gflops;
+    js["peer"] = have_peer ? peer.kernel : "";
+    nlohmann::ordered_json& out = js["shapes"] = nlohmann::ordered_json::array();
+    for (const Row& r : rows) {
+      nlohmann::ordered_json x;
+      x["B"] = r.s.b;
+      x["H"] = r.s.h;
+      x["Hkv"] = r.s.h_kv;
+      x["Nq"] = r.s.n_q;
+      x["Nkv"] = r.s.n_kv;
+      x["d"] = r.s.d;
+      x["causal"] = r.s.causal;
+      x["ms"] = r.ms;
+      x["gflops"] = r.gflops;
+      x["pct_peak"] = r.pct_peak;
+      if (r.peer_ms > 0) {
+        x["torch_ms"] = r.peer_ms;
+        x["vs_torch"] = r.vs_peer;
+      }
+      x["extra_mib"] = r.extra_mib;
+      out.push_back(std::move(x));
+    }
+    const std::string text = js.dump(2) + "\n";
+    io::write_file_atomic(json_path, text.data(), text.size());
+    std::printf("\nwrote %s\n", json_path.c_str());
+  }
+#else
+  (void)json_path;
+#endif
+  return kExitOk;
+}
+
 int run_bench(const std::string& which, std::vector<std::int64_t> ns, int threads, int repeats, bool baseline,
-              const std::string& isa_flag, const std::string& json_path) {
+              const std::string& isa_flag, const std::string& json_path, bool backward, std::string python) {
+  if (ns.empty()) ns = backward ? std::vector<std::int64_t>{1024, 4096} : std::vector<std::int64_t>{512, 1024, 2048, 4096, 8192};
+  if (backward && which == "decode") throw UsageError("--shapes: --backward times prefill shapes (all or prefill), got 'decode'");
   if (threads < 0) throw UsageError("--threads: expected >= 0, got " + std::to_string(threads));
   if (repeats < 1) throw UsageError("--repeats: expected >= 1, got " + std::to_string(repeats));
   if (which != "all" && which != "prefill" && which != "decode")
@@ -193,6 +397,10 @@ int run_bench(const std::string& which, std::vector<std::int64_t> ns, int thread
   if (!json_path.empty()) check_destination("--json", json_path);
   const int t = sdpa::bench::resolve_threads(threads);
   std::sort(ns.begin(), ns.end());
+  if (backward) {
+    if (python.empty()) python = default_python();
+    return run_backward_bench(default_shapes("prefill", ns), isa, t, repeats, python, json_path);
+  }
 
   std::printf("machine: %u hardware threads; measuring with %d thread%s, isa %s (kernels %s)\n",
               std::thread::hardware_concurrency(), t, t == 1 ? "" : "s", isa_name(isa), cpu::kernels_for(isa).name);
@@ -261,15 +469,24 @@ int run_bench(const std::string& which, std::vector<std::int64_t> ns, int thread
 const Registrar reg{{"bench", "Benchmark sdpa against the measured FMA peak, DRAM bandwidth and an OpenBLAS baseline",
                      [](CLI::App& sub) -> std::function<int()> {
                        auto which = std::make_shared<std::string>("all");
-                       auto ns = std::make_shared<std::vector<std::int64_t>>(
-                           std::vector<std::int64_t>{512, 1024, 2048, 4096, 8192});
+                       auto ns = std::make_shared<std::vector<std::int64_t>>();
+                       auto backward = std::make_shared<bool>(false);
+                       auto python = std::make_shared<std::string>();
                        auto threads = std::make_shared<int>(0);
                        auto repeats = std::make_shared<int>(3);
                        auto no_baseline = std::make_shared<bool>(false);
                        auto isa = std::make_shared<std::string>("auto");
                        auto json = std::make_shared<std::string>();
                        sub.add_option("--shapes", *which, "all, prefill or decode")->capture_default_str();
-                       sub.add_option("--n", *ns, "prefill sequence lengths N (Nq = Nkv)")->capture_default_str();
+                       sub.add_option("--n", *ns,
+                                      "prefill sequence lengths N (Nq = Nkv); default 512 1024 2048 4096 8192, "
+                                      "1024 4096 with --backward");
+                       sub.add_flag("--backward", *backward,
+                                    "time the backward pass (dQ, dK, dV) against PyTorch's CPU backward");
+                       sub.add_option("--python", *python,
+                                      "the Python whose torch is the --backward peer (default: $SDPA_PEER_PYTHON, "
+                                      ".venv/bin/python3, python3)")
+                           ->type_name("PATH");
                        sub.add_option("--threads", *threads, "threads (0 = all hardware threads)")
                            ->capture_default_str();
                        sub.add_option("--repeats", *repeats, "timed repeats per shape (the median is reported)")
@@ -279,7 +496,10 @@ const Registrar reg{{"bench", "Benchmark sdpa against the measured FMA peak, DRA
                        sub.add_option("--json", *json, "also write the results as JSON to this file")
                            ->type_name("PATH")
                            ->check(file_name());
-                       return [=] { return run_bench(*which, *ns, *threads, *repeats, !*no_baseline, *isa, *json); };
+                       return [=] {
+                         return run_bench(*which, *ns, *threads, *repeats, !*no_baseline, *isa, *json, *backward,
+                                          *python);
+                       };
                      },
                      60}};
 

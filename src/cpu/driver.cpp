@@ -52,15 +52,15 @@
 #include <vector>
 
 #include "cpu/dispatch.h"
+#include "cpu/dropout_tile.h"
 #include "cpu/kernels/denormals.h"
 #include "cpu/threads.h"
+#include "cpu/tiles.h"
 #include "half.h"
 #include "sdpa/error.h"
 
 namespace sdpa::cpu {
 namespace {
-
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 std::int64_t round_up(std::int64_t a, std::int64_t b) { return ceil_div(a, b) * b; }
@@ -176,21 +176,14 @@ const float** tile_rows() {
   return rows;
 }
 
-struct Block {
+// A block of rows of one (b, hk) and the group whose plan it follows.
+struct Block : Rows {
   Group* g;
-  std::int64_t b, hk, r0;
-  int nr;
 };
 
-// The keys a block's rows see before explicit masks: their union [lo, hi) and
-// the part [full_lo, full_hi) every row sees (empty when full_lo >= full_hi).
-struct BlockRange {
-  std::int64_t lo, hi, full_lo, full_hi;
-};
-
-class Runner {
+class Runner : TileOps {
  public:
-  Runner(const Params& p, const KernelSet& ks) : p_(p), ks_(ks) {
+  Runner(const Params& p, const KernelSet& ks) : TileOps(p, ks) {
     std::int64_t items = 0, merges = 0;
     auto add = [&](std::int64_t b0, std::int64_t nb, std::int64_t n_q, std::int64_t n_kv) {
       Group g{b0, nb, make_plan(p, ks, nb, n_q, n_kv), items, merges, {}};
@@ -271,8 +264,9 @@ class Runner {
 
   // bh = (b - b0) * Hkv + hk within the group.
   Block block(Group& g, std::int64_t bh, std::int64_t blk) const {
-    return Block{&g, g.b0 + bh / p_.h_kv, bh % p_.h_kv, blk * g.pl.br,
-                 static_cast<int>(std::min<std::int64_t>(g.pl.br, g.pl.rows - blk * g.pl.br))};
+    return Block{{g.b0 + bh / p_.h_kv, bh % p_.h_kv, blk * g.pl.br,
+                  static_cast<int>(std::min<std::int64_t>(g.pl.br, g.pl.rows - blk * g.pl.br))},
+                 &g};
   }
 
   // A split-KV partial, per row per chunk: m (a double, in two floats: the
@@ -308,25 +302,6 @@ class Runner {
     return bl.g->partials.data() + (slot * pl.br + rr) * part_stride();
   }
 
-  std::int64_t query(const Block& bl, int rr) const { return (bl.r0 + rr) / p_.group; }
-  std::int64_t head(const Block& bl, int rr) const { return bl.hk * p_.group + (bl.r0 + rr) % p_.group; }
-
-  BlockRange block_range(const Block& bl) const {
-    BlockRange r{std::numeric_limits<std::int64_t>::max(), 0, 0, std::numeric_limits<std::int64_t>::max()};
-    // Rows of one query share a range: visit each query once.
-    for (std::int64_t i = query(bl, 0); i <= query(bl, bl.nr - 1); ++i) {
-      const Params::Range v = p_.visible(bl.b, i);
-      if (v.lo < v.hi) {
-        r.lo = std::min(r.lo, v.lo);
-        r.hi = std::max(r.hi, v.hi);
-      }
-      r.full_lo = std::max(r.full_lo, v.lo);
-      r.full_hi = std::min(r.full_hi, v.hi);
-    }
-    if (r.lo > r.hi) r.lo = r.hi = 0;  // no row sees anything
-    return r;
-  }
-
   // Final m (natural units) and l of one row with the attention sink folded
   // in: the sink is one more key whose value is zero.
   struct Final {
@@ -356,49 +331,6 @@ class Runner {
     if (p_.lse.data) *p_.lse.at<float>(bl.b, h, p_.q_row(bl.b, i)) = empty ? kNegInf : static_cast<float>(f.m + std::log(f.l));
   }
 
-  // Explicit mask and ALiBi on one row of a tile, keys [t0, t0 + n).
-  void modify_row(const Block& bl, int rr, std::int64_t t0, int n, float* row) const {
-    const std::int64_t i = query(bl, rr), h = head(bl, rr);
-    if (p_.alibi.data) {
-      const float slope = static_cast<const float*>(p_.alibi.data)[bl.b * p_.alibi.stride_b + h * p_.alibi.stride_h];
-      const float pos = static_cast<float>(p_.position(bl.b, i) - t0);  // 128-bit: any offset
-      for (int j = 0; j < n; ++j) row[j] -= slope * std::fabs(pos - static_cast<float>(j));
-    }
-    if (p_.mask.data) {
-      const Broadcast& mk = p_.mask;
-      const std::int64_t base = bl.b * mk.stride_b + h * mk.stride_h + i * mk.stride_i + t0 * mk.stride_j;
-      const std::int64_t sj = mk.stride_j;
-      if (mk.dtype == DType::boolean) {
-        const bool* m = static_cast<const bool*>(mk.data) + base;
-        for (int j = 0; j < n; ++j)
-          if (!m[j * sj]) row[j] = kNegInf;
-      } else if (mk.dtype == DType::f16) {
-        const std::uint16_t* m = static_cast<const std::uint16_t*>(mk.data) + base;
-        for (int j = 0; j < n; ++j) {
-          const float a = half_to_float(m[j * sj]);
-          row[j] = a == kNegInf ? kNegInf : row[j] + a;
-        }
-      } else {
-        const float* m = static_cast<const float*>(mk.data) + base;
-        for (int j = 0; j < n; ++j) row[j] = m[j * sj] == kNegInf ? kNegInf : row[j] + m[j * sj];
-      }
-    }
-  }
-
-  // Whether key t0 + j is visible to row rr (ranges and explicit mask): used
-  // only on the rare path that adds non-finite values by hand.
-  bool visible(const Block& bl, int rr, std::int64_t key) const {
-    const Params::Range v = p_.visible(bl.b, query(bl, rr));
-    if (key < v.lo || key >= v.hi) return false;
-    if (!p_.mask.data) return true;
-    const Broadcast& mk = p_.mask;
-    const std::int64_t at =
-        bl.b * mk.stride_b + head(bl, rr) * mk.stride_h + query(bl, rr) * mk.stride_i + key * mk.stride_j;
-    if (mk.dtype == DType::boolean) return static_cast<const bool*>(mk.data)[at];
-    if (mk.dtype == DType::f16) return half_to_float(static_cast<const std::uint16_t*>(mk.data)[at]) != kNegInf;
-    return static_cast<const float*>(mk.data)[at] != kNegInf;
-  }
-
   // Decode streams K and V from DRAM with little arithmetic per byte: the
   // hardware prefetchers alone leave a core waiting on memory (measured: 10
   // GB/s of one core's 33 GB/s), so the next tile's rows are requested while
@@ -419,16 +351,6 @@ class Runner {
         const char* row = reinterpret_cast<const char*>(p_.kv_row<const float>(*t, bl.b, bl.hk, t0 + j));
         for (std::int64_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(row + off, 0, 3);
       }
-    }
-  }
-
-  // Row pointers of keys [t0, t0 + n) of K or V (contiguous, packed or paged).
-  void kv_rows(const Operand& t, const Block& bl, std::int64_t t0, int n, const float** out) const {
-    if (p_.kv_rows_strided(t0, n)) {
-      const float* base = p_.kv_row<const float>(t, bl.b, bl.hk, t0);
-      for (int j = 0; j < n; ++j) out[j] = base + j * t.stride_n;
-    } else {
-      for (int j = 0; j < n; ++j) out[j] = p_.kv_row<const float>(t, bl.b, bl.hk, t0 + j);
     }
   }
 
@@ -470,6 +392,15 @@ class Runner {
     return e;
   }
 
+  // Dropout on a tile of unnormalised probabilities (after l has summed them:
+  // lse is the softmax's before dropout).
+  void drop_tile(const Block& bl, std::int64_t t0, int n, int bc_pad, float* s) const {
+    const float scale = static_cast<float>(p_.dropout_scale);
+    for (int rr = 0; rr < bl.nr; ++rr)
+      dropout_row(dropout_stream(p_, bl.b, head(bl, rr)), query(bl, rr), t0, n, scale,
+                  s + static_cast<std::int64_t>(rr) * bc_pad);
+  }
+
   // One row over keys [kb, ke) in float64, as the oracle computes it: the
   // fallback for a row whose float32 result is not finite. Finite inputs can
   // overflow float32 in the scores (|q|, |k| ~ 1e38) or in P·V (|v| ~ 3e38);
@@ -498,10 +429,12 @@ class Runner {
     }
     acc.assign(static_cast<std::size_t>(p_.dv), 0.0);
     if (r.m == -kInfD) return r;
+    const philox::Stream drop = dropout_stream(p_, bl.b, h);
     for (std::int64_t t = kb; t < ke; ++t) {
       if (!vis[t - kb]) continue;
-      const double e = std::exp(sc[t - kb] - r.m);
+      double e = std::exp(sc[t - kb] - r.m);
       r.l += e;
+      if (p_.dropout) e *= drop.keep(i, t) ? p_.dropout_scale : 0.0;
       const float* v = p_.kv_row<const float>(p_.v, bl.b, bl.hk, t);
       for (std::int64_t c = 0; c < p_.dv; ++c) acc[c] += e * v[c];
     }
@@ -524,23 +457,7 @@ class Runner {
     if (stage == ScoresStage::scaled) return false;
     if (p_.softcap > 0) ks_.softcap(s, bl.nr, bc_pad, static_cast<float>(p_.softcap));
     if (stage == ScoresStage::softcapped) return false;
-    const bool ranged = t0 < br.full_lo || t0 + n > br.full_hi;
-    for (int rr = 0; rr < bl.nr; ++rr) {
-      float* row = s + static_cast<std::int64_t>(rr) * bc_pad;
-      int b = 0, e = n;
-      if (ranged) {
-        const Params::Range v = p_.visible(bl.b, query(bl, rr));
-        b = static_cast<int>(std::clamp<std::int64_t>(v.lo - t0, 0, n));
-        e = static_cast<int>(std::clamp<std::int64_t>(v.hi - t0, 0, n));
-        if (e < b) e = b;
-        row_begin[rr] = b;
-        row_end[rr] = e;
-      }
-      if (p_.mask.data || p_.alibi.data) modify_row(bl, rr, t0, n, row);
-      for (int j = 0; j < b; ++j) row[j] = kNegInf;
-      for (int j = e; j < bc_pad; ++j) row[j] = kNegInf;
-    }
-    return ranged;
+    return mask_tile(bl, t0, n, bc_pad, s, row_begin, row_end, br);
   }
 
   // acc += P·V for one tile. With an explicit mask, a non-finite value at a
@@ -647,6 +564,7 @@ class Runner {
       if (bl.nr <= kDirectRows) prefetch_tile(bl, t0 + bc, std::min<std::int64_t>(bc, ke - t0 - bc), &p_.k);
       const bool ranged = score_tile(bl, qs, t0, n, bc_pad, kt, s, row_begin, row_end, range);
       ks_.softmax_step(s, bl.nr, bc_pad, m, l, alpha);
+      if (p_.dropout) drop_tile(bl, t0, n, bc_pad, s);
       if (bl.nr <= kDirectRows) prefetch_tile(bl, t0 + bc, std::min<std::int64_t>(bc, ke - t0 - bc), &p_.v);
       pv_tile(bl, t0, n, bc_pad, s, vp, acc, alpha, ranged ? row_begin : nullptr, ranged ? row_end : nullptr);
     }
@@ -755,16 +673,25 @@ class Runner {
     }
   }
 
-  const Params& p_;
-  const KernelSet& ks_;
   std::vector<Group> groups_;
   std::int64_t items_ = 0, merges_ = 0;
 };
 
 }  // namespace
 
+// Options::dropout_mask: the keep bit of every (b, h, i, j), visible or not
+// (keys past the longest sequence of a cache are left as they are).
+void write_dropout_mask(const Params& p) {
+  parallel_for(p.b * p.h, p.threads, [&](std::int64_t bh, int) {
+    const std::int64_t b = bh / p.h, h = bh % p.h;
+    const philox::Stream st = dropout_stream(p, b, h);
+    for (std::int64_t i = 0; i < p.n_q; ++i) dropout_bits(st, i, p.n_kv, p.dropout_mask.at<bool>(b, h, i));
+  });
+}
+
 void run(const Params& p) {
   if (p.b == 0 || p.h == 0 || (!p.packed() && p.n_q == 0)) return;
+  if (p.dropout_mask.data) write_dropout_mask(p);
   const KernelSet& ks = kernels_for(p.isa);
   // Checked before any work: rows that see keys need the per-thread working
   // memory, whose size follows from d and dv alone.

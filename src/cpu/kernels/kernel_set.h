@@ -52,6 +52,16 @@ struct KernelSet {
   // s[r,j] <- exp(s[r,j] - m[r]) * inv_l[r] over [rows x bc_pad] (the probabilities).
   void (*probs)(float* s, int rows, int bc_pad, const float* m, const float* inv_l);
 
+  // The backward (src/cpu/backward.cpp).
+  // acc [rows x dv_pad] += Pᵀ·V: P is stored [n x rows] (rows p_stride apart),
+  // acc row m gains sum_{j<n} P[j*p_stride + m] * v[j][:dv_pad].
+  void (*pvt)(const float* p, int rows, int n, int p_stride, const float* const* v, int dv_pad, float* acc);
+  // Over [rows x bc_pad]: dp <- dS = p·(z·dp - d[r]) (· (1 - (tc·inv_cap)²)
+  // with tc, the softcapped scores), 0 where p is 0; then p <- p·z. z (the
+  // dropout factors, [rows x bc_pad]) and tc may be nullptr.
+  void (*grad_scores)(float* p, float* dp, int rows, int bc_pad, const float* d, const float* z, const float* tc,
+                      float inv_cap);
+
   // y[i] = 2^x[i] for x[i] <= 0, the kernels' own exp (exposed for tests).
   void (*exp2)(const float* x, float* y, std::int64_t n);
 };

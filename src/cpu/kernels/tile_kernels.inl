@@ -332,6 +332,88 @@ static void pv(const float* p, int rows, int n, int p_stride, const float* const
   }
 }
 
+// ---- The backward: acc += Pᵀ · V, and dS -----------------------------------------
+
+// acc [M x NV_*W] (rows acc_stride apart) += Pᵀ·V over j < n, where P is
+// stored [n x p_stride]: row m of the product reads P[j*p_stride + m], M
+// consecutive floats per step (no transposed copy of P is made).
+template <int M, int NV_>
+static inline void pvt_block(const float* p, int p_stride, const float* const* v, int c0, int n, float* acc,
+                             int acc_stride) {
+  Vec a[M][NV_];
+#pragma GCC unroll 8
+  for (int m = 0; m < M; ++m)
+#pragma GCC unroll 4
+    for (int x = 0; x < NV_; ++x) a[m][x] = vload(acc + m * acc_stride + x * W);
+  for (int j = 0; j < n; ++j) {
+    Vec b[NV_];
+#pragma GCC unroll 4
+    for (int x = 0; x < NV_; ++x) b[x] = vload(v[j] + c0 + x * W);
+    const float* pj = p + static_cast<std::int64_t>(j) * p_stride;
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m) {
+      const Vec pm = vset(pj[m]);
+#pragma GCC unroll 4
+      for (int x = 0; x < NV_; ++x) a[m][x] = vfma(pm, b[x], a[m][x]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int m = 0; m < M; ++m)
+#pragma GCC unroll 4
+    for (int x = 0; x < NV_; ++x) vstore(acc + m * acc_stride + x * W, a[m][x]);
+}
+
+template <int M>
+static void pvt_strip(const float* p, int p_stride, const float* const* v, int n, int dv_pad, float* acc) {
+  int c = 0;
+  for (; c + NV * W <= dv_pad; c += NV * W) pvt_block<M, NV>(p, p_stride, v, c, n, acc + c, dv_pad);
+  for (; c < dv_pad; c += W) pvt_block<M, 1>(p, p_stride, v, c, n, acc + c, dv_pad);
+}
+
+static void pvt(const float* p, int rows, int n, int p_stride, const float* const* v, int dv_pad, float* acc) {
+  int r = 0;
+  for (; r + MR <= rows; r += MR) pvt_strip<MR>(p + r, p_stride, v, n, dv_pad, acc + r * dv_pad);
+  const float* pr = p + r;
+  float* ar = acc + r * dv_pad;
+  switch (rows - r) {
+    case 0: break;
+    case 1: pvt_strip<1>(pr, p_stride, v, n, dv_pad, ar); break;
+    case 2: pvt_strip<2>(pr, p_stride, v, n, dv_pad, ar); break;
+    case 3: pvt_strip<3>(pr, p_stride, v, n, dv_pad, ar); break;
+    case 4: pvt_strip<4>(pr, p_stride, v, n, dv_pad, ar); break;
+    default: pvt_strip<5>(pr, p_stride, v, n, dv_pad, ar); break;
+  }
+}
+
+// Over [rows x bc_pad]: dp <- dS = p·(z·dp - d[r]), times 1 - (tc/cap)² through
+// a softcap (tc: the softcapped scores), 0 where p is 0 (so a masked key's dP,
+// whatever its values, stays out); then p <- p·z. z: dropout factors, or
+// nullptr; tc: nullptr without a softcap.
+static void grad_scores(float* p, float* dp, int rows, int bc_pad, const float* d, const float* z, const float* tc,
+                        float inv_cap) {
+  const Vec one = vset(1.0f), vinv = vset(inv_cap);
+  for (int r = 0; r < rows; ++r) {
+    const std::int64_t at = static_cast<std::int64_t>(r) * bc_pad;
+    float* pr = p + at;
+    float* dr = dp + at;
+    const Vec vd = vset(d[r]);
+    for (int j = 0; j < bc_pad; j += W) {
+      Vec pj = vload(pr + j), g = vload(dr + j);
+      if (z) {
+        const Vec zj = vload(z + at + j);
+        g = vmul(g, zj);
+        vstore(pr + j, vmul(pj, zj));
+      }
+      Vec ds = vmul(pj, vsub(g, vd));
+      if (tc) {
+        const Vec th = vmul(vload(tc + at + j), vinv);
+        ds = vmul(ds, vsub(one, vmul(th, th)));
+      }
+      vstore(dr + j, vkeep_nonzero(ds, pj));
+    }
+  }
+}
+
 // s <- c·tanh(s/c) over [rows x bc_pad]. tanh|x| = (1 - t)/(1 + t) with
 // t = exp(-2|x|) <= 1, so the kernels' exp2 (defined for arguments <= 0)
 // serves; the sign is restored after. tanh(±inf) = ±1, NaN stays NaN.
@@ -361,4 +443,6 @@ static void fill_kernel_set(KernelSet& ks) {
   ks.softcap = softcap;
   ks.probs = probs;
   ks.exp2 = exp2_array;
+  ks.pvt = pvt;
+  ks.grad_scores = grad_scores;
 }

@@ -31,6 +31,10 @@ static inline Vec vcopysign(Vec a, Vec b) {
   return {_mm256_or_ps(_mm256_andnot_ps(sign, a.v), _mm256_and_ps(sign, b.v))};
 }
 static inline Vec vfma(Vec a, Vec b, Vec c) { return {_mm256_fmadd_ps(a.v, b.v, c.v)}; }
+// x where p != 0 (NaN counts as nonzero), else 0.
+static inline Vec vkeep_nonzero(Vec x, Vec p) {
+  return {_mm256_and_ps(x.v, _mm256_cmp_ps(p.v, _mm256_setzero_ps(), _CMP_NEQ_UQ))};
+}
 static inline Vec vmax(Vec a, Vec b) { return {_mm256_max_ps(a.v, b.v)}; }
 static inline float hmax(Vec a) {
   __m128 x = _mm_max_ps(_mm256_castps256_ps128(a.v), _mm256_extractf128_ps(a.v, 1));

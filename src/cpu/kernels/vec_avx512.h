@@ -33,6 +33,10 @@ static inline Vec vcopysign(Vec a, Vec b) {
   return {_mm512_castsi512_ps(r)};
 }
 static inline Vec vfma(Vec a, Vec b, Vec c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
+// x where p != 0 (NaN counts as nonzero), else 0.
+static inline Vec vkeep_nonzero(Vec x, Vec p) {
+  return {_mm512_maskz_mov_ps(_mm512_cmp_ps_mask(p.v, _mm512_setzero_ps(), _CMP_NEQ_UQ), x.v)};
+}
 static inline Vec vmax(Vec a, Vec b) { return {_mm512_max_ps(a.v, b.v)}; }
 static inline float hmax(Vec a) { return _mm512_reduce_max_ps(a.v); }
 static inline float hsum(Vec a) { return _mm512_reduce_add_ps(a.v); }

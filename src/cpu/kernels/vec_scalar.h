@@ -31,6 +31,8 @@ static inline Vec vcopysign(Vec a, Vec b) { return {std::copysign(a.v, b.v)}; }
 static inline Vec vfma(Vec a, Vec b, Vec c) { return {a.v * b.v + c.v}; }
 // max that ignores NaN in `a` only when `b` is not NaN either: used for row maxima,
 // where the driver detects NaN separately.
+// x where p != 0 (NaN counts as nonzero), else 0.
+static inline Vec vkeep_nonzero(Vec x, Vec p) { return {p.v == 0.0f ? 0.0f : x.v}; }
 static inline Vec vmax(Vec a, Vec b) { return {a.v > b.v ? a.v : b.v}; }
 static inline float hmax(Vec a) { return a.v; }
 static inline float hsum(Vec a) { return a.v; }

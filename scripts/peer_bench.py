@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""Times a peer's attention for `sdpa bench`, one shape per call.
+
+    peer_bench.py torch --pass backward --b 1 --h 8 --hkv 8 --nq 4096 --nkv 4096 --d 128 \
+        [--causal] --threads 2 --repeats 3
+
+prints one JSON line {"peer": ..., "ms": median, "kernel": ...} on success;
+exits 3 when the peer cannot be imported (the bench then says so and goes on).
+"""
+import argparse
+import json
+import sys
+import time
+
+
+def torch_ms(a):
+    import torch  # noqa: PLC0415 (an optional peer)
+
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    f = torch.nn.functional.scaled_dot_product_attention
+    need = a.pass_ == "backward"
+    q = torch.randn(a.b, a.h, a.nq, a.d, requires_grad=need)
+    k = torch.randn(a.b, a.hkv, a.nkv, a.d, requires_grad=need)
+    v = torch.randn(a.b, a.hkv, a.nkv, a.d, requires_grad=need)
+    kw = {"is_causal": a.causal}
+    if a.hkv != a.h:
+        kw["enable_gqa"] = True
+    if need:
+        o = f(q, k, v, **kw)
+        go = torch.randn_like(o)
+        kernel = type(o.grad_fn).__name__
+
+        def step():
+            torch.autograd.grad(o, (q, k, v), go, retain_graph=True)
+    else:
+        kernel = "scaled_dot_product_attention"
+
+        def step():
+            with torch.no_grad():
+                f(q, k, v, **kw)
+
+    step()  # warm-up
+    times = []
+    for _ in range(a.repeats):
+        t0 = time.perf_counter()
+        step()
+        times.append((time.perf_counter() - t0) * 1e3)
+    times.sort()
+    return times[len(times) // 2], f"torch {torch.__version__} {kernel}"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("peer", choices=["torch"])
+    p.add_argument("--pass", dest="pass_", choices=["forward", "backward"], default="forward")
+    for name in ("b", "h", "hkv", "nq", "nkv", "d"):
+        p.add_argument("--" + name, type=int, required=True)
+    p.add_argument("--causal", action="store_true")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=3)
+    a = p.parse_args()
+    try:
+        ms, kernel = torch_ms(a)
+    except ImportError as e:
+        print(json.dumps({"peer": a.peer, "error": f"not importable: {e}"}))
+        return 3
+    print(json.dumps({"peer": a.peer, "ms": ms, "kernel": kernel}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

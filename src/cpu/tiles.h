@@ -1,0 +1,142 @@
+// TileOps: what the forward (driver.cpp) and the backward (backward.cpp)
+// share about one block of rows and one tile of keys: which query and head a
+// row is, the keys each row sees, the explicit mask and ALiBi on a score row,
+// and row pointers into K and V.
+//
+// Rows. For each batch b and K/V head hk, the H/Hkv query heads that read hk
+// form one row space r = i*group + g (query i, head hk*group + g); a block is
+// nr consecutive rows from r0.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "cpu/kernels/kernel_set.h"
+#include "half.h"
+#include "params.h"
+
+namespace sdpa::cpu {
+
+inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+struct Rows {
+  std::int64_t b, hk, r0;
+  int nr;
+};
+
+// The keys a block's rows see before explicit masks: their union [lo, hi) and
+// the part [full_lo, full_hi) every row sees (empty when full_lo >= full_hi).
+struct BlockRange {
+  std::int64_t lo, hi, full_lo, full_hi;
+};
+
+class TileOps {
+ public:
+  TileOps(const Params& p, const KernelSet& ks) : p_(p), ks_(ks) {}
+
+  std::int64_t query(const Rows& bl, int rr) const { return (bl.r0 + rr) / p_.group; }
+  std::int64_t head(const Rows& bl, int rr) const { return bl.hk * p_.group + (bl.r0 + rr) % p_.group; }
+
+  BlockRange block_range(const Rows& bl) const {
+    BlockRange r{std::numeric_limits<std::int64_t>::max(), 0, 0, std::numeric_limits<std::int64_t>::max()};
+    // Rows of one query share a range: visit each query once.
+    for (std::int64_t i = query(bl, 0); i <= query(bl, bl.nr - 1); ++i) {
+      const Params::Range v = p_.visible(bl.b, i);
+      if (v.lo < v.hi) {
+        r.lo = std::min(r.lo, v.lo);
+        r.hi = std::max(r.hi, v.hi);
+      }
+      r.full_lo = std::max(r.full_lo, v.lo);
+      r.full_hi = std::min(r.full_hi, v.hi);
+    }
+    if (r.lo > r.hi) r.lo = r.hi = 0;  // no row sees anything
+    return r;
+  }
+
+  // Explicit mask and ALiBi on one row of a tile, keys [t0, t0 + n).
+  void modify_row(const Rows& bl, int rr, std::int64_t t0, int n, float* row) const {
+    const std::int64_t i = query(bl, rr), h = head(bl, rr);
+    if (p_.alibi.data) {
+      const float slope = static_cast<const float*>(p_.alibi.data)[bl.b * p_.alibi.stride_b + h * p_.alibi.stride_h];
+      const float pos = static_cast<float>(p_.position(bl.b, i) - t0);  // 128-bit: any offset
+      for (int j = 0; j < n; ++j) row[j] -= slope * std::fabs(pos - static_cast<float>(j));
+    }
+    if (p_.mask.data) {
+      const Broadcast& mk = p_.mask;
+      const std::int64_t base = bl.b * mk.stride_b + h * mk.stride_h + i * mk.stride_i + t0 * mk.stride_j;
+      const std::int64_t sj = mk.stride_j;
+      if (mk.dtype == DType::boolean) {
+        const bool* m = static_cast<const bool*>(mk.data) + base;
+        for (int j = 0; j < n; ++j)
+          if (!m[j * sj]) row[j] = kNegInf;
+      } else if (mk.dtype == DType::f16) {
+        const std::uint16_t* m = static_cast<const std::uint16_t*>(mk.data) + base;
+        for (int j = 0; j < n; ++j) {
+          const float a = half_to_float(m[j * sj]);
+          row[j] = a == kNegInf ? kNegInf : row[j] + a;
+        }
+      } else {
+        const float* m = static_cast<const float*>(mk.data) + base;
+        for (int j = 0; j < n; ++j) row[j] = m[j * sj] == kNegInf ? kNegInf : row[j] + m[j * sj];
+      }
+    }
+  }
+
+  // Whether key t0 + j is visible to row rr (ranges and explicit mask): used
+  // only on the rare path that adds non-finite values by hand.
+  bool visible(const Rows& bl, int rr, std::int64_t key) const {
+    const Params::Range v = p_.visible(bl.b, query(bl, rr));
+    if (key < v.lo || key >= v.hi) return false;
+    if (!p_.mask.data) return true;
+    const Broadcast& mk = p_.mask;
+    const std::int64_t at =
+        bl.b * mk.stride_b + head(bl, rr) * mk.stride_h + query(bl, rr) * mk.stride_i + key * mk.stride_j;
+    if (mk.dtype == DType::boolean) return static_cast<const bool*>(mk.data)[at];
+    if (mk.dtype == DType::f16) return half_to_float(static_cast<const std::uint16_t*>(mk.data)[at]) != kNegInf;
+    return static_cast<const float*>(mk.data)[at] != kNegInf;
+  }
+
+  // Row pointers of keys [t0, t0 + n) of K or V (contiguous, packed or paged).
+  void kv_rows(const Operand& t, const Rows& bl, std::int64_t t0, int n, const float** out) const {
+    if (p_.kv_rows_strided(t0, n)) {
+      const float* base = p_.kv_row<const float>(t, bl.b, bl.hk, t0);
+      for (int j = 0; j < n; ++j) out[j] = base + j * t.stride_n;
+    } else {
+      for (int j = 0; j < n; ++j) out[j] = p_.kv_row<const float>(t, bl.b, bl.hk, t0 + j);
+    }
+  }
+
+  // Masks one score tile (keys [t0, t0 + n), rows of `bl`, padded to bc_pad
+  // columns): entries outside a row's range, those the explicit mask disables
+  // and the padding become -inf; the float mask and ALiBi are added. Returns
+  // whether rows see different key ranges in this tile (then row_begin and
+  // row_end hold each row's [begin, end) within the tile).
+  bool mask_tile(const Rows& bl, std::int64_t t0, int n, int bc_pad, float* s, int* row_begin, int* row_end,
+                 const BlockRange& br) const {
+    const bool ranged = t0 < br.full_lo || t0 + n > br.full_hi;
+    for (int rr = 0; rr < bl.nr; ++rr) {
+      float* row = s + static_cast<std::int64_t>(rr) * bc_pad;
+      int b = 0, e = n;
+      if (ranged) {
+        const Params::Range v = p_.visible(bl.b, query(bl, rr));
+        b = static_cast<int>(std::clamp<std::int64_t>(v.lo - t0, 0, n));
+        e = static_cast<int>(std::clamp<std::int64_t>(v.hi - t0, 0, n));
+        if (e < b) e = b;
+        row_begin[rr] = b;
+        row_end[rr] = e;
+      }
+      if (p_.mask.data || p_.alibi.data) modify_row(bl, rr, t0, n, row);
+      for (int j = 0; j < b; ++j) row[j] = kNegInf;
+      for (int j = e; j < bc_pad; ++j) row[j] = kNegInf;
+    }
+    return ranged;
+  }
+
+ protected:
+  const Params& p_;
+  const KernelSet& ks_;
+};
+
+}  // namespace sdpa::cpu
