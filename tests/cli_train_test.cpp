@@ -397,6 +397,9 @@ void expect_outputs_equal(const TrainCase& c, const PathOf& path) {
   expect_file_equals(path("o.npy"), file_shape(c.layout, c.rank, c.b, c.h, c.n_q, c.dv), want.o);
   expect_file_equals(path("lse.npy"), lse_shape, want.lse);
   if (!c.backward) return;
+  // Gradients that are all zero would compare equal however they were made.
+  for (const std::vector<T>* g : {&want.dq, &want.dk, &want.dv})
+    EXPECT_TRUE(std::any_of(g->begin(), g->end(), [](T e) { return e != T(0); }));
   expect_file_equals(path("dq.npy"), file_shape(c.layout, c.rank, c.b, c.h, c.n_q, c.d), want.dq);
   expect_file_equals(path("dk.npy"), file_shape(c.layout, c.rank, c.b, c.h_kv, c.n_kv, c.d), want.dk);
   expect_file_equals(path("dv.npy"), file_shape(c.layout, c.rank, c.b, c.h_kv, c.n_kv, c.dv), want.dv);
@@ -846,6 +849,22 @@ TEST_F(cli_train_errors, TheFixtureRunsBackwardCleanly) {
   ASSERT_EQ(r.code, 0) << describe(r);
   for (const char* n : {"o.npy", "lse.npy", "dq.npy", "dk.npy", "dv.npy", "dsinks.npy"})
     EXPECT_TRUE(fs::exists(path(n))) << n;
+}
+
+// The forward's lse is kept for the backward whether or not --lse writes it.
+TEST_F(cli_train_errors, TheBackwardNeedsNoLseFile) {
+  std::vector<std::string> a = backward();
+  ASSERT_EQ(cli(a).code, 0);
+  for (const char* n : {"dq", "dk", "dv"}) fs::rename(path(std::string(n) + ".npy"), path(std::string(n) + "_1.npy"));
+  fs::remove(path("lse.npy"));
+  const auto lse = std::find(a.begin(), a.end(), "--lse");
+  a.erase(lse, lse + 2);
+  const Result r = cli(a);
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_FALSE(fs::exists(path("lse.npy")));
+  EXPECT_THAT(r.out, Not(HasSubstr("--lse")));
+  for (const char* n : {"dq", "dk", "dv"})
+    EXPECT_TRUE(same_bytes(path(std::string(n) + ".npy"), path(std::string(n) + "_1.npy"))) << n;
 }
 
 TEST_F(cli_train_errors, TheBackwardsFlagsComeTogether) {
