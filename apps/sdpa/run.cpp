@@ -1,4 +1,4 @@
-// `sdpa run`: attention on .npy files.
+// `sdpa run`: attention on .npy files, forward and (with --do) backward.
 //
 // Inputs are read whole, interpreted in the chosen layout and handed to the
 // library as views (float32 files in [B, N, H, d] memory are not copied; the
@@ -6,28 +6,24 @@
 // any file is touched, and the files are then staged next to their
 // destinations and renamed into place together, so a failing run leaves no
 // output of its own behind and existing files unchanged.
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
 #include <array>
-#include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
-#include <filesystem>
+#include <deque>
 #include <limits>
 #include <memory>
 #include <new>
 #include <optional>
-#include <random>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "cli_util.h"
@@ -35,12 +31,11 @@
 #include "io/npy.h"
 #include "output_files.h"
 #include "sdpa/attention.h"
+#include "sdpa/backward.h"
 #include "sdpa/serving.h"
 
 namespace sdpa::cli {
 namespace {
-
-namespace fs = std::filesystem;
 
 enum class Layout { bhsd, bshd };
 
@@ -49,12 +44,19 @@ struct RunArgs {
   std::string scale;  // empty: the library's default 1/√d
   bool causal = false;
   std::string layout = "bhsd";
+  std::string align = "bottom-right";
   bool reference = false;
   std::string isa = "auto";
   std::string threads = "0";
   std::string cu_seqlens_q, cu_seqlens_k;  // packed variable-length batches
   std::string window_left = "-1", window_right = "-1";
   std::string softcap;
+  // Masks and score modifiers (inputs).
+  std::string mask, alibi_slopes, sinks;
+  // Dropout: the probability (empty: off), the stream, and the keep decisions (an output).
+  std::string dropout, seed = "0", dropout_offset = "0", dropout_mask;
+  // Backward: dO in, dQ, dK, dV (and dsinks) out.
+  std::string d_o, dq, dk, dv, dsinks;
 };
 
 // Everything a failure message needs to name: the flag and the file.
@@ -107,41 +109,97 @@ TensorView layout_view(const void* data, DType dtype, const std::array<std::int6
 struct Input {
   Named name;
   io::NpyArray array;
-  std::vector<float> converted;  // float64 file on the fast path
+  std::vector<float> converted;  // float64 file where float32 is wanted
   std::array<std::int64_t, 4> dims{};
+  bool in_layout = false;  // read through --layout (dims is then its [B, H, N, d])
   TensorView view;
 };
 
-Input load_input(const std::string& flag, const std::string& path, Layout layout, bool reference) {
-  Input in;
-  in.name = {flag, path};
+io::NpyArray read_input(const std::string& flag, const std::string& path) {
   try {
-    in.array = io::read_npy(path);
+    return io::read_npy(path);
   } catch (const std::exception& e) {
     // read_npy's messages start with the path; put the flag in front of it.
     const std::string what = e.what();
     throw std::runtime_error(what.starts_with(path + ":") ? flag + " " + what
                                                           : fmt::format("{} {}: {}", flag, path, what));
   }
+}
+
+// The float64 data of `in` as float32, in in.converted.
+const float* convert_to_f32(Input& in) {
+  const double* src = in.array.as<double>();
+  in.converted.assign(src, src + in.array.numel());
+  return in.converted.data();
+}
+
+// Q, K, V or dO: an array in --layout.
+Input load_input(const std::string& flag, const std::string& path, Layout layout, bool reference) {
+  Input in;
+  in.name = {flag, path};
+  in.array = read_input(flag, path);
   // The file's rank picks its axes (the layout is the command line's); its
   // dtype and sizes are the library's to check.
   const io::NpyArray& a = in.array;
   const int rank = static_cast<int>(a.shape.size());
   if (rank < 2 || rank > 4) {
     throw UsageError(fmt::format("{}: expected rank 2, 3 or 4 ({}, {} or {} for layout {}), got rank {} {}",
-                                         in.name.who(), layout_axes(layout, 2), layout_axes(layout, 3),
-                                         layout_axes(layout, 4), layout == Layout::bhsd ? "bhsd" : "bshd", rank,
-                                         join_dims(a.shape)));
+                                 in.name.who(), layout_axes(layout, 2), layout_axes(layout, 3),
+                                 layout_axes(layout, 4), layout == Layout::bhsd ? "bhsd" : "bshd", rank,
+                                 join_dims(a.shape)));
   }
   in.dims = to_bhnd(a.shape, layout);
+  in.in_layout = true;
   if (a.dtype == DType::f64 && !reference) {
     // The fast path is float32-only.
-    const double* src = a.as<double>();
-    in.converted.assign(src, src + a.numel());
-    in.view = layout_view(in.converted.data(), DType::f32, in.dims, layout);
+    in.view = layout_view(convert_to_f32(in), DType::f32, in.dims, layout);
   } else {
     in.view = layout_view(a.data.data(), a.dtype, in.dims, layout);
   }
+  return in;
+}
+
+// A packed array [total, heads, d] (Q, K, V, dO with --cu-seqlens-q/k).
+Input load_packed(const std::string& flag, const std::string& path, bool reference) {
+  Input x;
+  x.name = {flag, path};
+  x.array = read_input(flag, path);
+  const io::NpyArray& a = x.array;
+  // Packed arrays are 3-D (the rank is the form; dtype and sizes are the library's).
+  if (a.shape.size() != 3)
+    throw UsageError(fmt::format("{}: expected a 3-D array [total, heads, d] with --cu-seqlens-q/k, got {} {}",
+                                 x.name.who(), dtype_name(a.dtype), join_dims(a.shape)));
+  const void* data = a.data.data();
+  DType dtype = a.dtype;
+  if (a.dtype == DType::f64 && !reference) {
+    data = convert_to_f32(x);
+    dtype = DType::f32;
+  }
+  x.view = TensorView::contiguous(data, dtype, {a.shape[0], a.shape[1], a.shape[2]});
+  return x;
+}
+
+// An array in its own axes, whatever the layout: the mask ([B, H, Nq, Nkv] or
+// broadcastable to it), ALiBi slopes, sinks, the prefix sums. `to_f32`: a
+// float64 file is handed over as float32. `expected` says what it should be,
+// for a rank the library cannot take.
+Input load_plain(const std::string& flag, const std::string& path, bool to_f32, const char* expected) {
+  Input in;
+  in.name = {flag, path};
+  in.array = read_input(flag, path);
+  const io::NpyArray& a = in.array;
+  if (a.shape.size() > static_cast<std::size_t>(kMaxRank))
+    throw UsageError(fmt::format("{}: expected {}, got rank {} {}", in.name.who(), expected, a.shape.size(),
+                                 join_dims(a.shape)));
+  const void* data = a.data.data();
+  DType dtype = a.dtype;
+  if (to_f32 && a.dtype == DType::f64) {
+    data = convert_to_f32(in);
+    dtype = DType::f32;
+  }
+  // A 0-d file (one number) is a view of shape [1], which broadcasts as it does in NumPy.
+  const std::vector<std::int64_t> shape = a.shape.empty() ? std::vector<std::int64_t>{1} : a.shape;
+  in.view = TensorView::contiguous(data, dtype, std::span<const std::int64_t>(shape));
   return in;
 }
 
@@ -151,6 +209,7 @@ struct Output {
   DType dtype = DType::f32;
   std::vector<std::int64_t> file_shape;
   std::vector<std::byte> bytes;
+  bool write = true;  // false: working memory (the lse the backward needs when --lse is not asked)
 };
 
 Output make_output(Named name, DType dtype, std::vector<std::int64_t> file_shape) {
@@ -174,30 +233,101 @@ Output make_output(Named name, DType dtype, std::vector<std::int64_t> file_shape
   return o;
 }
 
+// The outputs of one run, in the order they are listed; data pointers stay
+// valid as more are added (each owns its buffer).
+class Outputs {
+ public:
+  void* add(Named name, DType dtype, std::vector<std::int64_t> file_shape, bool write = true) {
+    list_.push_back(make_output(std::move(name), dtype, std::move(file_shape)));
+    list_.back().write = write;
+    return list_.back().bytes.data();
+  }
+  const std::deque<Output>& list() const { return list_; }
+
+  // All or nothing: staged next to their destinations, then renamed into place.
+  void commit() const {
+    StagedOutputs files("run");
+    for (const Output& out : list_)
+      if (out.write) files.stage(out.name.flag, out.name.path, out.dtype, out.file_shape, out.bytes.data());
+    files.commit();
+  }
+
+ private:
+  std::deque<Output> list_;  // a deque: adding never moves the others
+};
+
 // A library error in the command line's words, with the file its flag named
-// and, for an input, how the file was read.
-CliError named_error(const Error& e, const std::vector<const Input*>& inputs, const std::vector<Output>& outputs) {
+// and, for an input read through --layout, how the file was read.
+CliError named_error(const Error& e, const std::vector<const Input*>& inputs, const Outputs& outputs) {
   const std::string flag = route_of(e.arg()).flag;
   for (const Input* in : inputs) {
-    if (in->name.flag == flag) {
-      return cli_error(e, in->name.path,
-                       fmt::format(" (file shape {}, read as [B, H, N, d] = {})", join_dims(in->array.shape),
-                                   join_dims({in->dims.begin(), in->dims.end()})));
-    }
+    if (in->name.flag != flag) continue;
+    if (!in->in_layout) return cli_error(e, in->name.path);
+    return cli_error(e, in->name.path,
+                     fmt::format(" (file shape {}, read as [B, H, N, d] = {})", join_dims(in->array.shape),
+                                 join_dims({in->dims.begin(), in->dims.end()})));
   }
-  for (const Output& out : outputs)
-    if (out.name.flag == flag) return cli_error(e, out.name.path);
+  for (const Output& out : outputs.list())
+    if (out.name.flag == flag && out.write) return cli_error(e, out.name.path);
   return cli_error(e);
+}
+
+// The library refuses a larger [B, H, Nq, Nkv] output too, but only after the
+// caller has allocated it: refused here first, in the library's words.
+void check_matrix_output(const char* arg, const std::string& path, std::int64_t b, std::int64_t h, std::int64_t n_q,
+                         std::int64_t n_kv) {
+  if (path.empty()) return;
+  std::int64_t count = 1;
+  bool overflow = false;
+  for (std::int64_t x : {b, h, n_q, n_kv}) overflow |= x < 0 || __builtin_mul_overflow(count, x, &count);
+  if (overflow || count > kMaxProbsElements) {
+    throw cli_error(Error(arg, fmt::format("at most {} elements (B*H*Nq*Nkv)", kMaxProbsElements),
+                          fmt::format("{}*{}*{}*{}{}", b, h, n_q, n_kv, overflow ? "" : fmt::format(" = {}", count))),
+                    path);
+  }
+}
+
+// An unsigned 64-bit integer (a seed, an offset); the range beyond is the library's.
+std::uint64_t parse_u64(std::string_view flag, const std::string& text) {
+  std::uint64_t value = 0;
+  const char* begin = text.data();
+  const char* end = begin + text.size();
+  if (begin != end && *begin == '+') ++begin;
+  const auto [ptr, ec] = std::from_chars(begin, end, value);
+  if (ec == std::errc::result_out_of_range)
+    throw UsageError(fmt::format("{}: expected an integer in [0, 2^64), got '{}' (out of range)", flag, text));
+  if (ec != std::errc() || ptr != end || begin == end)
+    throw UsageError(fmt::format("{}: expected an integer in [0, 2^64), got '{}'", flag, text));
+  return value;
 }
 
 struct Settings {
   Layout layout = Layout::bhsd;
+  Align align = Align::bottom_right;
   std::optional<double> scale;
   std::int64_t window_left = -1, window_right = -1;
   double softcap = 0;
+  double dropout_p = 0;
+  std::uint64_t seed = 0, dropout_offset = 0;
   Isa isa = Isa::automatic;
   int threads = 0;
+  bool backward = false;
 };
+
+// The backward's flags come together: dO in, dQ, dK and dV out.
+void check_backward_flags(const RunArgs& args) {
+  const std::pair<const char*, const std::string*> group[] = {
+      {"--do", &args.d_o}, {"--dq", &args.dq}, {"--dk", &args.dk}, {"--dv", &args.dv}};
+  std::vector<std::string> given, missing;
+  for (const auto& [flag, path] : group) (path->empty() ? missing : given).emplace_back(flag);
+  if (given.empty() && !args.dsinks.empty())
+    throw UsageError("--dsinks: expected it with the backward's --do, --dq, --dk and --dv, got none of them");
+  if (!given.empty() && !missing.empty())
+    throw UsageError(fmt::format("{}: expected --do, --dq, --dk and --dv together (the backward), missing {}",
+                                 fmt::join(given, ", "), fmt::join(missing, ", ")));
+  if (!args.dsinks.empty() && args.sinks.empty())
+    throw UsageError("--dsinks: expected --sinks S.npy with it (dsinks is the gradient of the sinks), got no --sinks");
+}
 
 // Flag syntax and combinations, checked before any file is read (usage
 // errors). The values' ranges are the library's to check.
@@ -210,226 +340,320 @@ Settings check_flags(const RunArgs& args) {
   } else {
     throw UsageError(fmt::format("--layout: expected bhsd or bshd, got '{}'", args.layout));
   }
+  if (args.align == "bottom-right") {
+    s.align = Align::bottom_right;
+  } else if (args.align == "top-left") {
+    s.align = Align::top_left;
+  } else {
+    throw UsageError(fmt::format("--align: expected bottom-right or top-left, got '{}'", args.align));
+  }
   if (!args.scale.empty()) s.scale = parse_finite_double("--scale", args.scale);
   s.isa = parse_isa(args.isa);
   s.threads = parse_int("--threads", args.threads);
   s.window_left = parse_integer("--window-left", args.window_left);
   s.window_right = parse_integer("--window-right", args.window_right);
   if (!args.softcap.empty()) s.softcap = parse_finite_double("--softcap", args.softcap);
+  if (!args.dropout.empty()) s.dropout_p = parse_finite_double("--dropout", args.dropout);
+  // Read (and their syntax checked) with or without --dropout; used only with it.
+  s.seed = parse_u64("--seed", args.seed);
+  s.dropout_offset = parse_u64("--dropout-offset", args.dropout_offset);
+  check_backward_flags(args);
+  s.backward = !args.d_o.empty();
+
   if (args.cu_seqlens_q.empty() != args.cu_seqlens_k.empty())
     throw UsageError("--cu-seqlens-q and --cu-seqlens-k: expected both (a packed batch) or neither");
-  if (!args.cu_seqlens_q.empty() && !args.probs.empty())
-    throw UsageError("--probs: not available with packed sequences (--cu-seqlens-q/k)");
+  if (!args.cu_seqlens_q.empty()) {
+    // The [B, H, Nq, Nkv] arrays have no packed form.
+    for (const auto& [flag, path] : {std::pair{"--probs", &args.probs}, std::pair{"--dropout-mask", &args.dropout_mask},
+                                     std::pair{"--mask", &args.mask}})
+      if (!path->empty())
+        throw UsageError(fmt::format("{}: not available with packed sequences (--cu-seqlens-q/k)", flag));
+  }
 
-  check_distinct({{"--out", args.out}, {"--lse", args.lse}, {"--probs", args.probs}},
+  check_distinct({{"--out", args.out},
+                  {"--lse", args.lse},
+                  {"--probs", args.probs},
+                  {"--dropout-mask", args.dropout_mask},
+                  {"--dq", args.dq},
+                  {"--dk", args.dk},
+                  {"--dv", args.dv},
+                  {"--dsinks", args.dsinks}},
                  {{"--q", args.q},
                   {"--k", args.k},
                   {"--v", args.v},
+                  {"--do", args.d_o},
+                  {"--mask", args.mask},
+                  {"--alibi-slopes", args.alibi_slopes},
+                  {"--sinks", args.sinks},
                   {"--cu-seqlens-q", args.cu_seqlens_q},
                   {"--cu-seqlens-k", args.cu_seqlens_k}});
+  for (const auto& [flag, path] : {std::pair{"--out", &args.out}, std::pair{"--lse", &args.lse},
+                                   std::pair{"--probs", &args.probs}, std::pair{"--dropout-mask", &args.dropout_mask},
+                                   std::pair{"--dq", &args.dq}, std::pair{"--dk", &args.dk},
+                                   std::pair{"--dv", &args.dv}, std::pair{"--dsinks", &args.dsinks}})
+    if (!path->empty()) check_destination(flag, *path);
   return s;
 }
 
-Options base_options(const RunArgs& args, const Settings& s) {
+// The inputs every form of the call may take besides Q, K, V.
+struct Modifiers {
+  std::optional<Input> mask, alibi_slopes, sinks;
+};
+
+Modifiers load_modifiers(const RunArgs& args) {
+  Modifiers m;
+  // The mask keeps a float64 file's precision on the oracle; the fast path takes float32.
+  if (!args.mask.empty())
+    m.mask = load_plain("--mask", args.mask, !args.reference, "a mask of rank 1 to 4 broadcastable to [B, H, Nq, Nkv]");
+  // Slopes and sinks are float32 for both paths.
+  if (!args.alibi_slopes.empty())
+    m.alibi_slopes = load_plain("--alibi-slopes", args.alibi_slopes, true, "shape [H] or [B, H]");
+  if (!args.sinks.empty()) m.sinks = load_plain("--sinks", args.sinks, true, "shape [H]");
+  return m;
+}
+
+Options base_options(const RunArgs& args, const Settings& s, const Modifiers& m) {
   Options opt;
   opt.scale = s.scale;
   opt.causal = args.causal;
+  opt.align = s.align;
   opt.isa = s.isa;
   opt.threads = s.threads;
   opt.window_left = s.window_left;
   opt.window_right = s.window_right;
   opt.softcap = s.softcap;
+  if (m.mask) opt.mask = m.mask->view;
+  if (m.alibi_slopes) opt.alibi_slopes = m.alibi_slopes->view;
+  if (m.sinks) opt.sinks = m.sinks->view;
+  opt.dropout_p = s.dropout_p;
+  opt.dropout_seed = s.seed;
+  opt.dropout_offset = s.dropout_offset;
   return opt;
 }
 
-// int32/int64 prefix sums [n + 1].
-io::NpyArray load_cu(const std::string& flag, const std::string& path) {
-  io::NpyArray a;
-  try {
-    a = io::read_npy(path);
-  } catch (const std::exception& e) {
-    throw std::runtime_error(fmt::format("{} {}", flag, e.what()));
+// The backward's Options: the forward's, without its optional outputs.
+Options backward_options(Options opt) {
+  opt.lse = {};
+  opt.probs = {};
+  opt.scores = {};
+  opt.dropout_mask = {};
+  return opt;
+}
+
+std::vector<const Input*> input_list(std::initializer_list<const Input*> main, const Modifiers& m,
+                                     const std::optional<Input>& d_o) {
+  std::vector<const Input*> list(main);
+  for (const std::optional<Input>* x : {&d_o, &m.mask, &m.alibi_slopes, &m.sinks})
+    if (*x) list.push_back(&**x);
+  return list;
+}
+
+// What the run did besides plain attention, for the summary line.
+std::string features(const RunArgs& args, const Settings& s) {
+  std::string f;
+  if (args.causal) f += ", causal";
+  if (args.align != "bottom-right") f += ", aligned top-left";
+  if (s.window_left >= 0 || s.window_right >= 0) f += fmt::format(", window [{}, {}]", s.window_left, s.window_right);
+  if (s.softcap > 0) f += ", softcap " + format_number(s.softcap);
+  if (!args.mask.empty()) f += ", mask";
+  if (!args.alibi_slopes.empty()) f += ", ALiBi";
+  if (!args.sinks.empty()) f += ", sinks";
+  if (s.dropout_p > 0)
+    f += fmt::format(", dropout {} (seed {}, offset {})", format_number(s.dropout_p), s.seed, s.dropout_offset);
+  if (s.backward) f += ", forward and backward";
+  return f;
+}
+
+void print_summary(const std::string& head, const std::vector<const Input*>& inputs, const Outputs& outputs) {
+  fmt::print("{}\n\n", head);
+  Table t({{"array", Justify::left},
+           {"file", Justify::left},
+           {"dtype", Justify::left},
+           {"shape", Justify::left},
+           {"as [B, H, N, d]", Justify::left}});
+  for (const Input* in : inputs) {
+    t.add_row({in->name.flag, in->name.path, dtype_name(in->array.dtype), join_dims(in->array.shape),
+               in->in_layout ? join_dims({in->dims.begin(), in->dims.end()}) : ""});
   }
-  return a;
+  for (const Output& out : outputs.list())
+    if (out.write) t.add_row({out.name.flag, out.name.path, dtype_name(out.dtype), join_dims(out.file_shape), ""});
+  fmt::print("{}", t.render());
 }
 
 // Packed variable-length batch: Q [total_q, H, d], K/V [total_k, Hkv, d|dv],
 // O [total_q, H, dv], lse [H, total_q]; sequence s is rows cu[s] .. cu[s+1].
+// The gradients have the shapes of Q, K, V.
 int run_packed(const RunArgs& args, const Settings& s) {
-  const Named out_name{"--out", args.out};
-  check_destination(out_name.flag, out_name.path);
-  if (!args.lse.empty()) check_destination("--lse", args.lse);
-  io::NpyArray cu_q = load_cu("--cu-seqlens-q", args.cu_seqlens_q), cu_k = load_cu("--cu-seqlens-k", args.cu_seqlens_k);
-  std::vector<Input> in;
-  for (auto [flag, path] : {std::pair{"--q", &args.q}, std::pair{"--k", &args.k}, std::pair{"--v", &args.v}}) {
-    Input x;
-    x.name = {flag, *path};
-    try {
-      x.array = io::read_npy(*path);
-    } catch (const std::exception& e) {
-      throw std::runtime_error(fmt::format("{} {}", flag, e.what()));
-    }
-    const io::NpyArray& a = x.array;
-    // Packed arrays are 3-D (the rank is the form; dtype and sizes are the library's).
-    if (a.shape.size() != 3)
-      throw UsageError(fmt::format("{}: expected a 3-D array [total, heads, d] with --cu-seqlens-q/k, got {} {}",
-                                   x.name.who(), dtype_name(a.dtype), join_dims(a.shape)));
-    if (a.dtype == DType::f64 && !args.reference) {
-      const double* src = a.as<double>();
-      x.converted.assign(src, src + a.numel());
-      x.view = TensorView::contiguous(x.converted.data(), DType::f32, {a.shape[0], a.shape[1], a.shape[2]});
-    } else {
-      x.view = TensorView::contiguous(a.data.data(), a.dtype, {a.shape[0], a.shape[1], a.shape[2]});
-    }
-    in.push_back(std::move(x));
-  }
-  const std::int64_t tq = in[0].array.shape[0], h = in[0].array.shape[1], dv = in[2].array.shape[2];
+  Input cu_q = load_plain("--cu-seqlens-q", args.cu_seqlens_q, false, "prefix sums [n + 1]");
+  Input cu_k = load_plain("--cu-seqlens-k", args.cu_seqlens_k, false, "prefix sums [n + 1]");
+  const Input q = load_packed("--q", args.q, args.reference);
+  const Input k = load_packed("--k", args.k, args.reference);
+  const Input v = load_packed("--v", args.v, args.reference);
+  std::optional<Input> d_o;
+  if (s.backward) d_o = load_packed("--do", args.d_o, args.reference);
+  const Modifiers m = load_modifiers(args);
+  std::vector<const Input*> inputs = input_list({&q, &k, &v}, m, d_o);
+  inputs.push_back(&cu_q);
+  inputs.push_back(&cu_k);
+
+  const std::int64_t tq = q.array.shape[0], h = q.array.shape[1], dv = v.array.shape[2];
   const DType out_dtype = args.reference ? DType::f64 : DType::f32;
-  std::vector<Output> outputs;
-  outputs.push_back(make_output(out_name, out_dtype, {tq, h, dv}));
-  if (!args.lse.empty()) outputs.push_back(make_output({"--lse", args.lse}, out_dtype, {h, tq}));
-  Options opt = base_options(args, s);
-  if (!args.lse.empty()) opt.lse = TensorView::contiguous(outputs[1].bytes.data(), out_dtype, {h, tq});
+  Outputs outputs;
+  Options opt = base_options(args, s, m);
+  void* o = outputs.add({"--out", args.out}, out_dtype, {tq, h, dv});
+  void* lse = nullptr;
+  if (!args.lse.empty() || s.backward)
+    lse = outputs.add(args.lse.empty() ? Named{"--lse", "(for the backward)"} : Named{"--lse", args.lse}, out_dtype,
+                      {h, tq}, !args.lse.empty());
+  if (lse) opt.lse = TensorView::contiguous(lse, out_dtype, {h, tq});
+  const TensorView o_view = TensorView::contiguous(o, out_dtype, {tq, h, dv});
   try {
-    attention_varlen(in[0].view, in[1].view, in[2].view,
-                     TensorView::contiguous(outputs[0].bytes.data(), out_dtype, {tq, h, dv}), cu_q.view(), cu_k.view(),
-                     opt, -1, -1, args.reference);
+    attention_varlen(q.view, k.view, v.view, o_view, cu_q.view, cu_k.view, opt, -1, -1, args.reference);
   } catch (const Error& e) {
-    const std::string flag = route_of(e.arg()).flag;
-    std::string file;
-    for (const Input& x : in)
-      if (x.name.flag == flag) file = x.name.path;
-    for (const Output& out : outputs)
-      if (out.name.flag == flag) file = out.name.path;
-    if (flag == "--cu-seqlens-q") file = args.cu_seqlens_q;
-    if (flag == "--cu-seqlens-k") file = args.cu_seqlens_k;
-    throw cli_error(e, file);
+    throw named_error(e, inputs, outputs);
   }
-  StagedOutputs files("run");
-  for (const Output& out : outputs)
-    files.stage(out.name.flag, out.name.path, out.dtype, out.file_shape, out.bytes.data());
-  files.commit();
-  fmt::print("sdpa run: packed batch of {} sequences ({} query rows), {} path; wrote {}{}\n", cu_q.numel() - 1, tq,
-             args.reference ? "reference" : "fast", args.out, args.lse.empty() ? "" : " and " + args.lse);
+  if (s.backward) {
+    Gradients g;
+    g.dq = TensorView::contiguous(outputs.add({"--dq", args.dq}, out_dtype, q.array.shape), out_dtype,
+                                  std::span<const std::int64_t>(q.array.shape));
+    g.dk = TensorView::contiguous(outputs.add({"--dk", args.dk}, out_dtype, k.array.shape), out_dtype,
+                                  std::span<const std::int64_t>(k.array.shape));
+    g.dv = TensorView::contiguous(outputs.add({"--dv", args.dv}, out_dtype, v.array.shape), out_dtype,
+                                  std::span<const std::int64_t>(v.array.shape));
+    if (!args.dsinks.empty())
+      g.dsinks = TensorView::contiguous(outputs.add({"--dsinks", args.dsinks}, out_dtype, {h}), out_dtype, {h});
+    try {
+      attention_varlen_backward(q.view, k.view, v.view, o_view, opt.lse, d_o->view, g, cu_q.view, cu_k.view,
+                                backward_options(opt), -1, -1, args.reference);
+    } catch (const Error& e) {
+      throw named_error(e, inputs, outputs);
+    }
+  }
+  outputs.commit();
+  std::string wrote;
+  for (const Output& out : outputs.list())
+    if (out.write) wrote += (wrote.empty() ? "" : ", ") + out.name.path;
+  fmt::print("sdpa run: packed batch of {} sequences ({} query rows), {} path{}; wrote {}\n", cu_q.array.numel() - 1,
+             tq, args.reference ? "reference" : "fast", features(args, s), wrote);
   return kExitOk;
 }
 
 int run_run(const RunArgs& args) {
   const Settings s = check_flags(args);
   if (!args.cu_seqlens_q.empty()) return run_packed(args, s);
-  const Named out_name{"--out", args.out};
-  check_destination(out_name.flag, out_name.path);
-  if (!args.lse.empty()) check_destination("--lse", args.lse);
-  if (!args.probs.empty()) check_destination("--probs", args.probs);
 
   const Input q = load_input("--q", args.q, s.layout, args.reference);
   const Input k = load_input("--k", args.k, s.layout, args.reference);
   const Input v = load_input("--v", args.v, s.layout, args.reference);
+  std::optional<Input> d_o;
+  if (s.backward) d_o = load_input("--do", args.d_o, s.layout, args.reference);
   const int rank = static_cast<int>(q.array.shape.size());
-  for (const Input* in : {&k, &v}) {
-    if (in->array.shape.size() != q.array.shape.size()) {
+  const Input* d_o_in = d_o ? &*d_o : nullptr;
+  for (const Input* in : {&k, &v, d_o_in}) {
+    if (in && in->array.shape.size() != q.array.shape.size()) {
       throw UsageError(fmt::format("{}: expected rank {} like --q {} ({} for layout {}), got rank {} {}",
-                                           in->name.who(), rank, q.name.path, layout_axes(s.layout, rank),
-                                           args.layout, in->array.shape.size(), join_dims(in->array.shape)));
+                                   in->name.who(), rank, q.name.path, layout_axes(s.layout, rank), args.layout,
+                                   in->array.shape.size(), join_dims(in->array.shape)));
     }
   }
+  const Modifiers m = load_modifiers(args);
+  const std::vector<const Input*> inputs = input_list({&q, &k, &v}, m, d_o);
 
   const std::int64_t b = q.dims[0], h = q.dims[1], n_q = q.dims[2], n_kv = k.dims[2], dv = v.dims[3];
-  // The library refuses a larger P too, but only after the caller has allocated it.
-  if (!args.probs.empty()) {
-    std::int64_t count = 1;
-    bool overflow = false;
-    for (std::int64_t x : {b, h, n_q, n_kv}) overflow |= x < 0 || __builtin_mul_overflow(count, x, &count);
-    if (overflow || count > kMaxProbsElements) {
-      throw cli_error(Error("probs", fmt::format("at most {} elements (B*H*Nq*Nkv)", kMaxProbsElements),
-                            fmt::format("{}*{}*{}*{}{}", b, h, n_q, n_kv, overflow ? "" : fmt::format(" = {}", count))),
-                      args.probs);
-    }
-  }
+  check_matrix_output("probs", args.probs, b, h, n_q, n_kv);
+  check_matrix_output("dropout_mask", args.dropout_mask, b, h, n_q, n_kv);
 
   const DType out_dtype = args.reference ? DType::f64 : DType::f32;
-  std::vector<Output> outputs;
-  outputs.push_back(make_output(out_name, out_dtype, from_bhnd({b, h, n_q, dv}, s.layout, rank)));
-  if (!args.lse.empty()) outputs.push_back(make_output({"--lse", args.lse}, out_dtype, rank_adjusted({b, h, n_q}, rank)));
-  if (!args.probs.empty()) {
-    outputs.push_back(make_output({"--probs", args.probs}, out_dtype, rank_adjusted({b, h, n_q, n_kv}, rank)));
+  Outputs outputs;
+  Options opt = base_options(args, s, m);
+  void* o = outputs.add({"--out", args.out}, out_dtype, from_bhnd({b, h, n_q, dv}, s.layout, rank));
+  if (!args.lse.empty() || s.backward) {
+    const Named name = args.lse.empty() ? Named{"--lse", "(for the backward)"} : Named{"--lse", args.lse};
+    opt.lse = TensorView::contiguous(outputs.add(name, out_dtype, rank_adjusted({b, h, n_q}, rank), !args.lse.empty()),
+                                     out_dtype, {b, h, n_q});
   }
-
-  Options opt = base_options(args, s);
-  std::size_t next = 1;
-  if (!args.lse.empty()) opt.lse = TensorView::contiguous(outputs[next++].bytes.data(), out_dtype, {b, h, n_q});
   if (!args.probs.empty()) {
-    opt.probs = TensorView::contiguous(outputs[next++].bytes.data(), out_dtype, {b, h, n_q, n_kv});
+    opt.probs = TensorView::contiguous(
+        outputs.add({"--probs", args.probs}, out_dtype, rank_adjusted({b, h, n_q, n_kv}, rank)), out_dtype,
+        {b, h, n_q, n_kv});
   }
-  const TensorView o = layout_view(outputs[0].bytes.data(), out_dtype, {b, h, n_q, dv}, s.layout);
+  if (!args.dropout_mask.empty()) {
+    opt.dropout_mask = TensorView::contiguous(
+        outputs.add({"--dropout-mask", args.dropout_mask}, DType::boolean, rank_adjusted({b, h, n_q, n_kv}, rank)),
+        DType::boolean, {b, h, n_q, n_kv});
+  }
+  const TensorView o_view = layout_view(o, out_dtype, {b, h, n_q, dv}, s.layout);
   try {
     if (args.reference) {
-      reference_attention(q.view, k.view, v.view, o, opt);
+      reference_attention(q.view, k.view, v.view, o_view, opt);
     } else {
-      attention(q.view, k.view, v.view, o, opt);
+      attention(q.view, k.view, v.view, o_view, opt);
     }
   } catch (const Error& e) {
-    throw named_error(e, {&q, &k, &v}, outputs);
+    throw named_error(e, inputs, outputs);
   }
 
-  StagedOutputs files("run");
-  for (const Output& out : outputs)
-    files.stage(out.name.flag, out.name.path, out.dtype, out.file_shape, out.bytes.data());
-  files.commit();
+  if (s.backward) {
+    // The gradients in the layout and rank of their inputs.
+    Gradients g;
+    g.dq = layout_view(outputs.add({"--dq", args.dq}, out_dtype, q.array.shape), out_dtype, q.dims, s.layout);
+    g.dk = layout_view(outputs.add({"--dk", args.dk}, out_dtype, k.array.shape), out_dtype, k.dims, s.layout);
+    g.dv = layout_view(outputs.add({"--dv", args.dv}, out_dtype, v.array.shape), out_dtype, v.dims, s.layout);
+    if (!args.dsinks.empty())
+      g.dsinks = TensorView::contiguous(outputs.add({"--dsinks", args.dsinks}, out_dtype, {h}), out_dtype, {h});
+    const Options bopt = backward_options(opt);
+    try {
+      if (args.reference) {
+        reference_attention_backward(q.view, k.view, v.view, o_view, opt.lse, d_o->view, g, bopt);
+      } else {
+        attention_backward(q.view, k.view, v.view, o_view, opt.lse, d_o->view, g, bopt);
+      }
+    } catch (const Error& e) {
+      throw named_error(e, inputs, outputs);
+    }
+  }
+
+  outputs.commit();
 
   // A summary of what was read and written.
   const double scale = s.scale ? *s.scale : 1.0 / std::sqrt(static_cast<double>(q.dims[3]));
   const int threads = s.threads > 0 ? s.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  fmt::print("sdpa run: {}, layout {}, scale {}{}{}\n\n",
-             args.reference ? "reference path (float64 oracle)"
-                            : fmt::format("fast path ({}, {} threads)", isa_name(resolve_isa(s.isa)), threads),
-             args.layout, format_number(scale), s.scale ? "" : fmt::format(" (1/√{})", q.dims[3]),
-             args.causal ? ", causal" : "");
-  Table t({{"array", Justify::left},
-           {"file", Justify::left},
-           {"dtype", Justify::left},
-           {"shape", Justify::left},
-           {"as [B, H, N, d]", Justify::left}});
-  for (const Input* in : {&q, &k, &v}) {
-    t.add_row({in->name.flag, in->name.path, dtype_name(in->array.dtype), join_dims(in->array.shape),
-               join_dims({in->dims.begin(), in->dims.end()})});
-  }
-  for (const Output& out : outputs) {
-    t.add_row({out.name.flag, out.name.path, dtype_name(out.dtype), join_dims(out.file_shape),
-               out.name.flag == "--out" ? join_dims({b, h, n_q, dv}) : ""});
-  }
-  fmt::print("{}", t.render());
+  print_summary(fmt::format("sdpa run: {}, layout {}, scale {}{}{}",
+                            args.reference ? "reference path (float64 oracle)"
+                                           : fmt::format("fast path ({}, {} threads)", isa_name(resolve_isa(s.isa)),
+                                                         threads),
+                            args.layout, format_number(scale), s.scale ? "" : fmt::format(" (1/√{})", q.dims[3]),
+                            features(args, s)),
+                inputs, outputs);
   return kExitOk;
 }
 
 const Registrar kRegistrar{Command{
     "run",
-    "Compute attention on .npy files (float32 or float64, C order)",
+    "Compute attention on .npy files, forward and backward (float32 or float64, C order)",
     [](CLI::App& sub) -> std::function<int()> {
       auto args = std::make_shared<RunArgs>();
-      sub.add_option("--q", args->q, "Queries Q.npy: [B, H, Nq, d] (see --layout; 3-D drops B, 2-D drops B and H)")
-          ->required()
-          ->type_name("PATH")
-          ->check(file_name());
-      sub.add_option("--k", args->k, "Keys K.npy: [B, Hkv, Nkv, d], Hkv dividing H")->required()->type_name("PATH")
-          ->check(file_name());
-      sub.add_option("--v", args->v, "Values V.npy: [B, Hkv, Nkv, dv]")->required()->type_name("PATH")
-          ->check(file_name());
-      sub.add_option("--out", args->out, "Output O.npy: [B, H, Nq, dv] in the layout and rank of Q")
-          ->required()
-          ->type_name("PATH")
-          ->check(file_name());
-      sub.add_option("--lse", args->lse, "Also write the log-sum-exp per query: [B, H, Nq] (rank-adjusted)")
-          ->type_name("PATH")
-          ->check(file_name());
-      sub.add_option("--probs", args->probs,
-                     fmt::format("Also write the probabilities: [B, H, Nq, Nkv] (rank-adjusted, at most {} elements)",
-                                 kMaxProbsElements))
-          ->type_name("PATH")
-          ->check(file_name());
+      const auto path_option = [&](const char* flag, std::string& target, const std::string& help) {
+        return sub.add_option(flag, target, help)->type_name("PATH")->check(file_name());
+      };
+      path_option("--q", args->q, "Queries Q.npy: [B, H, Nq, d] (see --layout; 3-D drops B, 2-D drops B and H)")
+          ->required();
+      path_option("--k", args->k, "Keys K.npy: [B, Hkv, Nkv, d], Hkv dividing H")->required();
+      path_option("--v", args->v, "Values V.npy: [B, Hkv, Nkv, dv]")->required();
+      path_option("--out", args->out, "Output O.npy: [B, H, Nq, dv] in the layout and rank of Q")->required();
+      path_option("--lse", args->lse, "Also write the log-sum-exp per query: [B, H, Nq] (rank-adjusted)");
+      path_option("--probs", args->probs,
+                  fmt::format("Also write the probabilities: [B, H, Nq, Nkv] (rank-adjusted, at most {} elements)",
+                              kMaxProbsElements));
       sub.add_option("--scale", args->scale, "Score scale, a finite number > 0 (default 1/√d)")->type_name("S");
-      sub.add_flag("--causal", args->causal, "Causal mask aligned to the bottom-right corner");
-      sub.add_option("--layout", args->layout, "Memory layout of all arrays: bhsd = [B, H, N, d], bshd = [B, N, H, d]")
+      sub.add_flag("--causal", args->causal, "Causal mask: key j visible to the query at position p iff j <= p");
+      sub.add_option("--align", args->align,
+                     "Where query i sits for --causal, the window and ALiBi: p = i + Nkv - Nq (bottom-right, "
+                     "FlashAttention's) or p = i (top-left, PyTorch's is_causal)")
+          ->type_name("bottom-right|top-left")
+          ->capture_default_str();
+      sub.add_option("--layout", args->layout,
+                     "Memory layout of Q, K, V, O, dO and the gradients: bhsd = [B, H, N, d], bshd = [B, N, H, d]")
           ->type_name("bhsd|bshd")
           ->capture_default_str();
       sub.add_option("--window-left", args->window_left,
@@ -439,17 +663,44 @@ const Registrar kRegistrar{Command{
       sub.add_option("--window-right", args->window_right, "Sliding window: keys j <= p + RIGHT (-1 = unbounded)")
           ->type_name("RIGHT")
           ->capture_default_str();
-      sub.add_option("--softcap", args->softcap, "Softcap c > 0: s <- c·tanh(s/c) on the scaled scores (0 = off)")->type_name("C");
-      sub.add_option("--cu-seqlens-q", args->cu_seqlens_q,
-                     "Packed batch: int32/int64 prefix sums [n + 1] of query rows; Q, O are then [total_q, H, d]")
-          ->type_name("PATH")
-          ->check(file_name());
-      sub.add_option("--cu-seqlens-k", args->cu_seqlens_k,
-                     "Packed batch: prefix sums [n + 1] of key rows; K, V are then [total_k, Hkv, d]")
-          ->type_name("PATH")
-          ->check(file_name());
+      sub.add_option("--softcap", args->softcap, "Softcap c > 0: s <- c·tanh(s/c) on the scaled scores (0 = off)")
+          ->type_name("C");
+      path_option("--mask", args->mask,
+                  "Mask M.npy: bool (true = may attend) or float32/float16 (added to the scores, -inf disables a "
+                  "key), any shape broadcastable to [B, H, Nq, Nkv] by NumPy rules; always in those axes, whatever "
+                  "--layout");
+      path_option("--alibi-slopes", args->alibi_slopes,
+                  "ALiBi slopes A.npy: float32 [H] or [B, H]; adds -slope·|p - j| to the score of key j");
+      path_option("--sinks", args->sinks,
+                  "Attention sinks S.npy: float32 [H], a per-head logit that joins the softmax's denominator");
+      sub.add_option("--dropout", args->dropout,
+                     "Dropout probability P in [0, 1) on the attention probabilities (kept ones scaled by "
+                     "1/(1-P)); off when not given")
+          ->type_name("P");
+      sub.add_option("--seed", args->seed, "Dropout seed, 0 .. 2^64-1 (without --dropout: read, not used)")
+          ->type_name("N")
+          ->capture_default_str();
+      sub.add_option("--dropout-offset", args->dropout_offset,
+                     "Dropout stream offset below 2^32 (advance it per training step; without --dropout: not used)")
+          ->type_name("N")
+          ->capture_default_str();
+      path_option("--dropout-mask", args->dropout_mask,
+                  fmt::format("Also write dropout's keep decisions: bool [B, H, Nq, Nkv] (rank-adjusted, at most {} "
+                              "elements; all true without --dropout)",
+                              kMaxProbsElements));
+      path_option("--do", args->d_o,
+                  "Backward: the gradient dO.npy of the loss with respect to O, [B, H, Nq, dv] like O; needs --dq, "
+                  "--dk and --dv");
+      path_option("--dq", args->dq, "Backward: write dQ.npy in the layout and shape of Q");
+      path_option("--dk", args->dk, "Backward: write dK.npy in the layout and shape of K");
+      path_option("--dv", args->dv, "Backward: write dV.npy in the layout and shape of V");
+      path_option("--dsinks", args->dsinks, "Backward: also write dsinks.npy [H], the gradient of --sinks");
+      path_option("--cu-seqlens-q", args->cu_seqlens_q,
+                  "Packed batch: int32/int64 prefix sums [n + 1] of query rows; Q, O, dO are then [total_q, H, d]");
+      path_option("--cu-seqlens-k", args->cu_seqlens_k,
+                  "Packed batch: prefix sums [n + 1] of key rows; K, V are then [total_k, Hkv, d]");
       sub.add_flag("--reference", args->reference,
-                   "Use the float64 oracle (float64 inputs stay float64; writes float64)");
+                   "Use the float64 oracle, forward and backward (float64 inputs stay float64; writes float64)");
       sub.add_option("--isa", args->isa, "Kernel instruction set: " + isa_choices())
           ->type_name("ISA")
           ->capture_default_str();
@@ -458,9 +709,11 @@ const Registrar kRegistrar{Command{
           ->capture_default_str();
       sub.footer(
           "Arrays are float32 or float64 in C order. 4-D is [B, H, N, d] (bhsd) or [B, N, H, d] (bshd), 3-D drops B,\n"
-          "2-D is [N, d]. O is written in the layout and rank of Q; lse and probs as [B, H, ...] with B (3-D) or\n"
-          "B and H (2-D) dropped. Outputs are float32 (float64 with --reference) and are written only when the whole\n"
-          "run succeeds.");
+          "2-D is [N, d]. O is written in the layout and rank of Q, dQ/dK/dV in those of Q/K/V; lse, probs and the\n"
+          "dropout mask as [B, H, ...] with B (3-D) or B and H (2-D) dropped. The mask, slopes and sinks are in\n"
+          "their own axes in every layout. With --do the forward runs first (its lse kept for the backward), then\n"
+          "the backward with the same options (the same dropout decisions). Outputs are float32 (float64 with\n"
+          "--reference; the dropout mask is bool) and are written only when the whole run succeeds.");
       return [args] { return run_run(*args); };
     },
     30,
