@@ -49,11 +49,14 @@ namespace {
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 std::int64_t round_up(std::int64_t a, std::int64_t b) { return ceil_div(a, b) * b; }
 
-// Query rows per block in the sweep over a key tile.
-constexpr int kBlockRows = 64;
+// Query rows per block in the sweep over a key tile, and keys per tile: a
+// multiple of every kernel set's NR (kernels.def), so a tile's columns pad
+// to whole microkernel strips.
+constexpr int kBlockRows = 96;
+constexpr int kTileKeys = 128;
 // Enough (b, hk, slice) items to keep a large machine busy; a constant, not
 // the thread count: determinism.
-constexpr std::int64_t kMinItems = 32;
+constexpr std::int64_t kMinItems = 16;
 // The dQ accumulators may take at most this much memory (beyond it, fewer slices).
 constexpr std::int64_t kMaxAccumulatorBytes = std::int64_t{1} << 30;
 // Per-thread working memory, as in the forward.
@@ -62,8 +65,8 @@ constexpr int kMaxTileKeys = 256;
 
 // The per-thread arrays of one item, in floats (each rounded to 16).
 struct Workspace {
-  std::int64_t kt, vt, kp, dk, dv, qs, dos, s, dp, tc, z, rows;
-  std::int64_t total() const { return kt + vt + kp + dk + dv + qs + dos + s + dp + tc + z + 5 * rows; }
+  std::int64_t kt, vt, kp, dk, dv, s, dp, tc, z, rows;
+  std::int64_t total() const { return kt + vt + kp + dk + dv + s + dp + tc + z + 3 * rows; }
 };
 
 Workspace workspace_of(std::int64_t bc, std::int64_t br, std::int64_t d_pad, std::int64_t dv_pad) {
@@ -74,8 +77,6 @@ Workspace workspace_of(std::int64_t bc, std::int64_t br, std::int64_t d_pad, std
   w.kp = r16(bc * d_pad);
   w.dk = r16(bc * d_pad);
   w.dv = r16(bc * dv_pad);
-  w.qs = r16(br * d_pad);
-  w.dos = r16(br * dv_pad);
   w.s = w.dp = w.tc = w.z = r16(br * bc);
   w.rows = r16(std::max(br, bc));
   return w;
@@ -91,10 +92,10 @@ class Backward : TileOps {
  public:
   Backward(const Params& p, const KernelSet& ks)
       : TileOps(p, ks),
-        bc_(ks.bc),
+        bc_(kTileKeys),
         d_pad_(round_up(p.d, ks.w)),
         dv_pad_(round_up(p.dv, ks.w)),
-        ws_(workspace_of(ks.bc, kBlockRows, d_pad_, dv_pad_)) {
+        ws_(workspace_of(kTileKeys, kBlockRows, d_pad_, dv_pad_)) {
     for (std::int64_t b = 0; b < p.b; ++b) q_rows_ += p.nq(b);
     const std::int64_t acc_floats = q_rows_ * p.h * d_pad_;  // one slice's dQ accumulator
     std::int64_t tiles = 0;
@@ -106,6 +107,8 @@ class Backward : TileOps {
     slice_floats_ = acc_floats;
     dq_acc_.reset(new float[static_cast<std::size_t>(std::max<std::int64_t>(slices_ * acc_floats, 1))]);
     stat_d_.resize(static_cast<std::size_t>(q_rows_ * p.h));
+    qs_.reset(new float[static_cast<std::size_t>(std::max<std::int64_t>(q_rows_ * p.h * d_pad_, 1))]);
+    dos_.reset(new float[static_cast<std::size_t>(std::max<std::int64_t>(q_rows_ * p.h * dv_pad_, 1))]);
     stat_l_.resize(stat_d_.size());
     sink_part_.assign(static_cast<std::size_t>(p.b * p.h), 0.0);
   }
@@ -113,7 +116,8 @@ class Backward : TileOps {
   std::int64_t items() const { return p_.b * p_.h_kv * slices_; }
 
   // D = rowsum(dO ∘ O) and the lse to subtract (+inf for a row that sees
-  // nothing, so its P is 0) of every row of (b, h); its part of dsinks.
+  // nothing, so its P is 0) of every row of (b, h), its rows of Q·scale and
+  // dO padded with zeros to d_pad and dv_pad; its part of dsinks.
   void row_stats(std::int64_t bh) {
     const std::int64_t b = bh / p_.h, h = bh % p_.h;
     const double sink = p_.sinks.data ? static_cast<const float*>(p_.sinks.data)[h * p_.sinks.stride_h] : 0.0;
@@ -125,7 +129,15 @@ class Backward : TileOps {
       double dot = 0;
       for (std::int64_t c = 0; c < p_.dv; ++c) dot += static_cast<double>(o[c]) * go[c];
       const float lse = *p_.lse.at<const float>(b, h, row);
-      const std::size_t at = stat(b, h, i);
+      const std::int64_t at = row_of(b, h, i);
+      const float* q = p_.q.at<const float>(b, h, row);
+      float* qs = qs_.get() + at * d_pad_;
+      float* dos = dos_.get() + at * dv_pad_;
+      const float scale = static_cast<float>(p_.scale);
+      for (std::int64_t c = 0; c < p_.d; ++c) qs[c] = q[c] * scale;
+      for (std::int64_t c = p_.d; c < d_pad_; ++c) qs[c] = 0.0f;
+      for (std::int64_t c = 0; c < p_.dv; ++c) dos[c] = go[c];
+      for (std::int64_t c = p_.dv; c < dv_pad_; ++c) dos[c] = 0.0f;
       stat_d_[at] = static_cast<float>(dot);
       stat_l_[at] = lse == kNegInf ? std::numeric_limits<float>::infinity() : lse;
       if (p_.grad_sinks.data && lse != kNegInf) dsink -= std::exp(sink - static_cast<double>(lse)) * dot;
@@ -154,16 +166,12 @@ class Backward : TileOps {
     float* dk = kp + ws_.kp;
     float* dv = dk + ws_.dk;
     Tile tile{};
-    tile.qs = dv + ws_.dv;
-    tile.dos = tile.qs + ws_.qs;
-    tile.s = tile.dos + ws_.dos;
+    tile.s = dv + ws_.dv;
     tile.dp = tile.s + ws_.s;
     tile.tc = tile.dp + ws_.dp;
     tile.z = tile.tc + ws_.tc;
     tile.ones = tile.z + ws_.z;
-    tile.lse = tile.ones + ws_.rows;
-    tile.dd = tile.lse + ws_.rows;
-    tile.row_begin = reinterpret_cast<int*>(tile.dd + ws_.rows);
+    tile.row_begin = reinterpret_cast<int*>(tile.ones + ws_.rows);
     tile.row_end = tile.row_begin + ws_.rows;
     for (std::int64_t j = 0; j < ws_.rows; ++j) tile.ones[j] = 1.0f;
 
@@ -230,11 +238,13 @@ class Backward : TileOps {
     for (std::int64_t r = 0; r < rows; ++r) {
       const std::int64_t i = r / p_.group, h = hk * p_.group + r % p_.group;
       float* out = p_.grad_q.at<float>(b, h, p_.q_row(b, i));
-      for (std::int64_t c = 0; c < p_.d; ++c) {
-        float sum = 0;
-        for (std::int64_t s = 0; s < slices_; ++s) sum += accumulator(s, b, hk)[r * d_pad_ + c];
-        out[c] = sum * scale;
+      const float* first = accumulator(0, b, hk) + r * d_pad_;
+      for (std::int64_t c = 0; c < p_.d; ++c) out[c] = first[c];
+      for (std::int64_t s = 1; s < slices_; ++s) {
+        const float* part = accumulator(s, b, hk) + r * d_pad_;
+        for (std::int64_t c = 0; c < p_.d; ++c) out[c] += part[c];
       }
+      for (std::int64_t c = 0; c < p_.d; ++c) out[c] *= scale;
     }
   }
 
@@ -280,10 +290,11 @@ class Backward : TileOps {
     const float* const* k;  // K rows, d_pad readable floats each
     float* dk;              // [n x d_pad]
     float* dv;              // [n x dv_pad]
-    float *qs, *dos;        // the block's Q·scale [nr x d_pad] and dO [nr x dv_pad]
+    const float *qs, *dos;  // the block's Q·scale [nr x d_pad] and dO [nr x dv_pad]
     float *s, *dp, *tc;     // [nr x bc_pad]: S then P; dP then dS; the softcapped scores
     float* z;               // [nr x bc_pad]: the dropout factors
-    float *ones, *lse, *dd; // per row: 1, lse, D
+    float* ones;            // per row: 1
+    const float *lse, *dd;  // per row: lse, D
     int *row_begin, *row_end;
   };
 
@@ -291,38 +302,40 @@ class Backward : TileOps {
     return Rows{b, hk, blk * kBlockRows, static_cast<int>(std::min<std::int64_t>(kBlockRows, rows - blk * kBlockRows))};
   }
 
-  std::size_t stat(std::int64_t b, std::int64_t h, std::int64_t i) const {
-    return static_cast<std::size_t>(((p_.packed() ? p_.cu_q[b] : b * p_.n_q) + i) * p_.h + h);
+  // Rows of the call in the order of the work: (b, hk) after (b, hk) and, in
+  // each, the row space r = i*group + g. row_base is (b, hk)'s first.
+  std::int64_t row_base(std::int64_t b, std::int64_t hk) const {
+    const std::int64_t q0 = p_.packed() ? p_.cu_q[b] : b * p_.n_q;
+    return q0 * p_.h + hk * p_.group * p_.nq(b);
+  }
+  std::int64_t row_of(std::int64_t b, std::int64_t h, std::int64_t i) const {
+    return row_base(b, h / p_.group) + i * p_.group + h % p_.group;
   }
 
   // The dQ accumulator of (b, hk) in slice s: its rows [group * Nq_b x d_pad].
   float* accumulator(std::int64_t s, std::int64_t b, std::int64_t hk) const {
-    const std::int64_t q0 = p_.packed() ? p_.cu_q[b] : b * p_.n_q;
-    return dq_acc_.get() + s * slice_floats_ + (q0 * p_.h + hk * p_.group * p_.nq(b)) * d_pad_;
+    return dq_acc_.get() + s * slice_floats_ + row_base(b, hk) * d_pad_;
   }
 
   // One query block against one key tile: P, dP, dS, and their products into
   // dV, dK (the tile's) and dQ (the block's rows).
   void block_step(const Rows& bl, const BlockRange& range, std::int64_t t0, int n, int bc_pad, Tile& t, float* dq) {
-    const int nr = bl.nr, d = static_cast<int>(p_.d), dvn = static_cast<int>(p_.dv);
+    const int nr = bl.nr;
     const int d_pad = static_cast<int>(d_pad_), dv_pad = static_cast<int>(dv_pad_);
-    const float scale = static_cast<float>(p_.scale);
+    // The block's dQ rows were last touched a whole sweep ago (from L3 or
+    // memory): requested now, they arrive while S, dP and dS are computed.
+    for (std::int64_t off = 0; off < static_cast<std::int64_t>(nr) * d_pad; off += 16) __builtin_prefetch(dq + off, 1, 3);
+    // The block's rows, packed once for the whole call (row_stats).
+    const std::int64_t r0 = row_base(bl.b, bl.hk) + bl.r0;
+    t.qs = qs_.get() + r0 * d_pad;
+    t.dos = dos_.get() + r0 * dv_pad;
+    t.lse = stat_l_.data() + r0;
+    t.dd = stat_d_.data() + r0;
     thread_local const float* q_rows[kBlockRows];
     thread_local const float* do_rows[kBlockRows];
     for (int rr = 0; rr < nr; ++rr) {
-      const std::int64_t i = query(bl, rr), h = head(bl, rr), row = p_.q_row(bl.b, i);
-      const float* q = p_.q.at<const float>(bl.b, h, row);
-      const float* go = p_.grad_o.at<const float>(bl.b, h, row);
-      float* qs = t.qs + static_cast<std::int64_t>(rr) * d_pad;
-      float* dos = t.dos + static_cast<std::int64_t>(rr) * dv_pad;
-      for (int c = 0; c < d; ++c) qs[c] = q[c] * scale;
-      for (int c = d; c < d_pad; ++c) qs[c] = 0.0f;
-      std::memcpy(dos, go, static_cast<std::size_t>(dvn) * sizeof(float));
-      for (int c = dvn; c < dv_pad; ++c) dos[c] = 0.0f;
-      q_rows[rr] = qs;
-      do_rows[rr] = dos;
-      t.lse[rr] = stat_l_[stat(bl.b, h, i)];
-      t.dd[rr] = stat_d_[stat(bl.b, h, i)];
+      q_rows[rr] = t.qs + static_cast<std::int64_t>(rr) * d_pad;
+      do_rows[rr] = t.dos + static_cast<std::int64_t>(rr) * dv_pad;
     }
 
     // S = Q·scale·Kᵀ, softcapped and masked; P = exp(S - lse); dP = dO·Vᵀ.
@@ -344,8 +357,8 @@ class Backward : TileOps {
       const float keep_scale = static_cast<float>(p_.dropout_scale);
       for (int rr = 0; rr < nr; ++rr) {
         float* zr = z + static_cast<std::int64_t>(rr) * bc_pad;
-        for (int j = 0; j < bc_pad; ++j) zr[j] = 1.0f;
-        dropout_row(dropout_stream(p_, bl.b, head(bl, rr)), query(bl, rr), t0, n, keep_scale, zr);
+        dropout_row(ks_, dropout_stream(p_, bl.b, head(bl, rr)), query(bl, rr), t0, n, keep_scale, zr, false);
+        for (int j = n; j < bc_pad; ++j) zr[j] = 0.0f;
       }
     }
     ks_.grad_scores(t.s, t.dp, nr, bc_pad, t.dd, z, capped ? t.tc : nullptr,
@@ -361,7 +374,7 @@ class Backward : TileOps {
   Workspace ws_;
   std::int64_t q_rows_ = 0;  // query rows of the call: B * Nq, or total_q when packed
   std::int64_t slices_ = 1, slice_floats_ = 0;
-  std::unique_ptr<float[]> dq_acc_;
+  std::unique_ptr<float[]> dq_acc_, qs_, dos_;  // dQ accumulators; Q·scale and dO in row order
   std::vector<float> stat_d_, stat_l_;
   std::vector<double> sink_part_;
 };
@@ -373,7 +386,7 @@ bool backward(const Params& p) {
   const std::int64_t d_pad = round_up(p.d, ks.w), dv_pad = round_up(p.dv, ks.w);
   // d and dv are below 2^31 for any view that fits in memory; the product is checked in 128 bits.
   const unsigned __int128 ws =
-      static_cast<unsigned __int128>(workspace_of(ks.bc, kBlockRows, d_pad, dv_pad).total()) * 4;
+      static_cast<unsigned __int128>(workspace_of(kTileKeys, kBlockRows, d_pad, dv_pad).total()) * 4;
   if (p.d > (1 << 24) || p.dv > (1 << 24) || ws > kMaxWorkspaceBytes)
     throw memory_error(p, "about " + std::to_string(static_cast<unsigned long long>(ws)) + " bytes");
   try {

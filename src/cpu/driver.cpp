@@ -397,8 +397,8 @@ class Runner : TileOps {
   void drop_tile(const Block& bl, std::int64_t t0, int n, int bc_pad, float* s) const {
     const float scale = static_cast<float>(p_.dropout_scale);
     for (int rr = 0; rr < bl.nr; ++rr)
-      dropout_row(dropout_stream(p_, bl.b, head(bl, rr)), query(bl, rr), t0, n, scale,
-                  s + static_cast<std::int64_t>(rr) * bc_pad);
+      dropout_row(ks_, dropout_stream(p_, bl.b, head(bl, rr)), query(bl, rr), t0, n, scale,
+                  s + static_cast<std::int64_t>(rr) * bc_pad, true);
   }
 
   // One row over keys [kb, ke) in float64, as the oracle computes it: the

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "cpu/kernels/kernel_set.h"
 #include "params.h"
 #include "philox.h"
 
@@ -15,15 +16,12 @@ inline philox::Stream dropout_stream(const Params& p, std::int64_t b, std::int64
   return philox::Stream(p.dropout_seed, p.dropout_offset, static_cast<std::uint64_t>(b * p.h + h), p.dropout_p);
 }
 
-// row[j] <- row[j] * scale where key t0 + j is kept for query i, else 0, for j < n.
-inline void dropout_row(const philox::Stream& st, std::int64_t i, std::int64_t t0, int n, float scale, float* row) {
-  std::int64_t j = t0;
-  const std::int64_t end = t0 + n;
-  while (j < end) {
-    const philox::Counter w = st.words(i, j >> 2);
-    for (int q = static_cast<int>(j & 3); q < 4 && j < end; ++q, ++j)
-      row[j - t0] = w[q] >= st.thr ? row[j - t0] * scale : 0.0f;
-  }
+// Dropout through a kernel set's vectorised Philox: row[j] = factor (kept:
+// scale, else 0), or row[j] *= factor with multiply, for keys t0 .. t0 + n - 1 of query i.
+inline void dropout_row(const KernelSet& ks, const philox::Stream& st, std::int64_t i, std::int64_t t0, int n,
+                        float scale, float* row, bool multiply) {
+  ks.dropout(st.key.data(), static_cast<std::uint32_t>(i), st.bh, st.offset, st.thr, t0, n, scale, row,
+             multiply ? 1 : 0);
 }
 
 // The keep bits of keys [0, n) for query i, as bytes (1 = kept).

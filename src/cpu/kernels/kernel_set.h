@@ -62,6 +62,12 @@ struct KernelSet {
   void (*grad_scores)(float* p, float* dp, int rows, int bc_pad, const float* d, const float* z, const float* tc,
                       float inv_cap);
 
+  // Dropout factors of keys t0 .. t0 + n - 1 for query i of slice bh (the
+  // rule of src/philox.h: key[2], counter (j/4, i, bh, offset), kept iff the
+  // word >= thr): row[j] = kept ? scale : 0, or row[j] *= that with multiply.
+  void (*dropout)(const std::uint32_t* key, std::uint32_t i, std::uint32_t bh, std::uint32_t offset,
+                  std::uint32_t thr, std::int64_t t0, int n, float scale, float* row, int multiply);
+
   // y[i] = 2^x[i] for x[i] <= 0, the kernels' own exp (exposed for tests).
   void (*exp2)(const float* x, float* y, std::int64_t n);
 };

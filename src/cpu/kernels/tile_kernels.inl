@@ -414,6 +414,72 @@ static void grad_scores(float* p, float* dp, int rows, int bc_pad, const float* 
   }
 }
 
+// ---- Dropout: Philox-4x32-10 over 16 counters at a time -------------------------
+//
+// The keep rule of src/philox.h (counter (j/4, i, bh, offset), key, word j % 4
+// >= thr), written as plain loops over arrays of counters so that the
+// compiler turns each round into vector multiplies for this ISA. The words
+// are the same bits as philox::rounds10's (tests/dropout_test.cpp and the
+// backward tests hold the kernels to the oracle).
+inline constexpr int kPhiloxLanes = 16;
+// Counters in 64-bit lanes (values below 2^32), as many as a vector holds:
+// GCC's vector extensions turn each product into this ISA's multiplies.
+inline constexpr int kPhiloxVec = W >= 2 ? W / 2 : 1;
+typedef std::uint64_t PhiloxU64 __attribute__((vector_size(8 * kPhiloxVec)));
+
+// row[j] <- (kept ? scale : 0), or row[j] *= that with multiply, for keys
+// t0 .. t0 + n - 1 of query i in slice bh.
+static void dropout(const std::uint32_t* key, std::uint32_t qi, std::uint32_t bh, std::uint32_t offset,
+                    std::uint32_t thr, std::int64_t t0, int n, float scale, float* row, int multiply) {
+  constexpr int kVecs = kPhiloxLanes / kPhiloxVec;
+  const std::uint64_t lo32 = 0xFFFFFFFFu;
+  const std::int64_t end = t0 + n;
+  std::int64_t j = t0;
+  while (j < end) {
+    const std::int64_t g0 = j >> 2;
+    PhiloxU64 c0[kVecs], c1[kVecs], c2[kVecs], c3[kVecs];
+    for (int v = 0; v < kVecs; ++v)
+      for (int e = 0; e < kPhiloxVec; ++e) {
+        c0[v][e] = static_cast<std::uint32_t>(g0 + v * kPhiloxVec + e);
+        c1[v][e] = qi;
+        c2[v][e] = bh;
+        c3[v][e] = offset;
+      }
+    std::uint64_t k0 = key[0], k1 = key[1];
+    for (int r = 0; r < 10; ++r) {
+      for (int v = 0; v < kVecs; ++v) {
+        const PhiloxU64 p0 = c0[v] * std::uint64_t{0xD2511F53u}, p1 = c2[v] * std::uint64_t{0xCD9E8D57u};
+        c0[v] = (p1 >> 32) ^ c1[v] ^ k0;
+        c2[v] = (p0 >> 32) ^ c3[v] ^ k1;
+        c1[v] = p1 & lo32;
+        c3[v] = p0 & lo32;
+      }
+      k0 = (k0 + 0x9E3779B9u) & lo32;
+      k1 = (k1 + 0xBB67AE85u) & lo32;
+    }
+    // Factors of keys 4*g0 ..: word w of counter g is key 4*(g0 + g) + w.
+    float f[4 * kPhiloxLanes];
+    for (int v = 0; v < kVecs; ++v)
+      for (int e = 0; e < kPhiloxVec; ++e) {
+        const int g = v * kPhiloxVec + e;
+        f[4 * g] = c0[v][e] >= thr ? scale : 0.0f;
+        f[4 * g + 1] = c1[v][e] >= thr ? scale : 0.0f;
+        f[4 * g + 2] = c2[v][e] >= thr ? scale : 0.0f;
+        f[4 * g + 3] = c3[v][e] >= thr ? scale : 0.0f;
+      }
+    const std::int64_t stop = end < (g0 + kPhiloxLanes) * 4 ? end : (g0 + kPhiloxLanes) * 4;
+    const float* fj = f + (j - 4 * g0);
+    float* x = row + (j - t0);
+    const int m = static_cast<int>(stop - j);
+    if (multiply) {
+      for (int e = 0; e < m; ++e) x[e] *= fj[e];
+    } else {
+      for (int e = 0; e < m; ++e) x[e] = fj[e];
+    }
+    j = stop;
+  }
+}
+
 // s <- c·tanh(s/c) over [rows x bc_pad]. tanh|x| = (1 - t)/(1 + t) with
 // t = exp(-2|x|) <= 1, so the kernels' exp2 (defined for arguments <= 0)
 // serves; the sign is restored after. tanh(±inf) = ±1, NaN stays NaN.
@@ -444,5 +510,6 @@ static void fill_kernel_set(KernelSet& ks) {
   ks.probs = probs;
   ks.exp2 = exp2_array;
   ks.pvt = pvt;
+  ks.dropout = dropout;
   ks.grad_scores = grad_scores;
 }
