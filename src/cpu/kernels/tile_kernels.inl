@@ -20,6 +20,12 @@ static_assert(MR >= 1 && MR <= 6, "the remainder switches in scores() and pv() c
 
 static inline int min_int(int a, int b) { return a < b ? a : b; }
 
+// A compile-time int for the row-count switches (no std:: template here).
+template <int N>
+struct IntConst {
+  static constexpr int value = N;
+};
+
 // ---- S = Qs · Kt -------------------------------------------------------------
 
 // Length of the FMA chains the score dot products are cut into (see scores_block).
@@ -72,21 +78,22 @@ static inline void scores_block(const float* qs, int d, const float* kt, int bc_
   }
 }
 
-template <int M>
-static void scores_strip(const float* qs, int d, const float* kt, int bc_pad, float* s) {
-  for (int c0 = 0; c0 < bc_pad; c0 += NR) scores_block<M>(qs, d, kt + c0, bc_pad, s + c0);
-}
-
+// Column panels outermost: one panel of Kt (d x NR floats, 32 KiB at d = 128
+// with AVX-512) stays in L1 while every row strip sweeps it.
 static void scores(const float* qs, int rows, int d, const float* kt, int bc_pad, float* s) {
-  int r = 0;
-  for (; r + MR <= rows; r += MR) scores_strip<MR>(qs + r * d, d, kt, bc_pad, s + r * bc_pad);
-  switch (rows - r) {
-    case 0: break;
-    case 1: scores_strip<1>(qs + r * d, d, kt, bc_pad, s + r * bc_pad); break;
-    case 2: scores_strip<2>(qs + r * d, d, kt, bc_pad, s + r * bc_pad); break;
-    case 3: scores_strip<3>(qs + r * d, d, kt, bc_pad, s + r * bc_pad); break;
-    case 4: scores_strip<4>(qs + r * d, d, kt, bc_pad, s + r * bc_pad); break;
-    default: scores_strip<5>(qs + r * d, d, kt, bc_pad, s + r * bc_pad); break;
+  for (int c0 = 0; c0 < bc_pad; c0 += NR) {
+    int r = 0;
+    for (; r + MR <= rows; r += MR) scores_block<MR>(qs + r * d, d, kt + c0, bc_pad, s + r * bc_pad + c0);
+    const float* qr = qs + r * d;
+    float* sr = s + r * bc_pad + c0;
+    switch (rows - r) {
+      case 0: break;
+      case 1: scores_block<1>(qr, d, kt + c0, bc_pad, sr); break;
+      case 2: scores_block<2>(qr, d, kt + c0, bc_pad, sr); break;
+      case 3: scores_block<3>(qr, d, kt + c0, bc_pad, sr); break;
+      case 4: scores_block<4>(qr, d, kt + c0, bc_pad, sr); break;
+      default: scores_block<5>(qr, d, kt + c0, bc_pad, sr); break;
+    }
   }
 }
 
@@ -278,19 +285,20 @@ static inline void pv_block(const float* p, int p_stride, const float* const* v,
 }
 
 // All column strips of a strip of M rows.
+// Columns [c0, c1) of a strip of M rows.
 template <int M>
 static void pv_strip(const float* p, int p_stride, const float* const* v, int j0, int j1, int dv_pad, float* acc,
-                     const float* alpha) {
-  int c = 0;
-  for (; c + NV * W <= dv_pad; c += NV * W) pv_block<M, NV>(p, p_stride, v, c, j0, j1, acc + c, dv_pad, alpha);
-  for (; c < dv_pad; c += W) pv_block<M, 1>(p, p_stride, v, c, j0, j1, acc + c, dv_pad, alpha);
+                     const float* alpha, int c0, int c1) {
+  int c = c0;
+  for (; c + NV * W <= c1; c += NV * W) pv_block<M, NV>(p, p_stride, v, c, j0, j1, acc + c, dv_pad, alpha);
+  for (; c < c1; c += W) pv_block<M, 1>(p, p_stride, v, c, j0, j1, acc + c, dv_pad, alpha);
 }
 
 template <int M>
 static void pv_rows(const float* p, int p_stride, const float* const* v, int n, int dv_pad, float* acc,
-                    const float* alpha, const int* row_begin, const int* row_end) {
+                    const float* alpha, const int* row_begin, const int* row_end, int c0, int c1) {
   if (!row_end) {
-    pv_strip<M>(p, p_stride, v, 0, n, dv_pad, acc, alpha);
+    pv_strip<M>(p, p_stride, v, 0, n, dv_pad, acc, alpha, c0, c1);
     return;
   }
   // Masked tile: all M rows share the keys [lo, hi) every one of them sees;
@@ -303,32 +311,33 @@ static void pv_rows(const float* p, int p_stride, const float* const* v, int n, 
     hi = min_int(hi, row_end[m]);
   }
   if (hi < lo) hi = lo;
-  pv_strip<M>(p, p_stride, v, lo, hi, dv_pad, acc, alpha);  // also applies alpha to every row
+  pv_strip<M>(p, p_stride, v, lo, hi, dv_pad, acc, alpha, c0, c1);  // also applies alpha to every row
   for (int m = 0; m < M; ++m) {
     const float* pm = p + m * p_stride;
     float* am = acc + m * dv_pad;
     const int b = row_begin[m], e = row_end[m];
-    if (b < lo) pv_strip<1>(pm, p_stride, v, b, min_int(lo, e), dv_pad, am, nullptr);
-    if (e > hi) pv_strip<1>(pm, p_stride, v, hi > b ? hi : b, e, dv_pad, am, nullptr);
+    if (b < lo) pv_strip<1>(pm, p_stride, v, b, min_int(lo, e), dv_pad, am, nullptr, c0, c1);
+    if (e > hi) pv_strip<1>(pm, p_stride, v, hi > b ? hi : b, e, dv_pad, am, nullptr, c0, c1);
   }
 }
 
+// Row strips outermost: a strip's P rows stay in L1 across V's column panels.
 static void pv(const float* p, int rows, int n, int p_stride, const float* const* v, int dv_pad, float* acc,
                const float* alpha, const int* row_begin, const int* row_end) {
-  int r = 0;
   auto b_at = [&](int r0) { return row_end ? row_begin + r0 : nullptr; };
   auto e_at = [&](int r0) { return row_end ? row_end + r0 : nullptr; };
+  int r = 0;
   for (; r + MR <= rows; r += MR)
-    pv_rows<MR>(p + r * p_stride, p_stride, v, n, dv_pad, acc + r * dv_pad, alpha + r, b_at(r), e_at(r));
+    pv_rows<MR>(p + r * p_stride, p_stride, v, n, dv_pad, acc + r * dv_pad, alpha + r, b_at(r), e_at(r), 0, dv_pad);
   const float* pr = p + r * p_stride;
   float* ar = acc + r * dv_pad;
   switch (rows - r) {
     case 0: break;
-    case 1: pv_rows<1>(pr, p_stride, v, n, dv_pad, ar, alpha + r, b_at(r), e_at(r)); break;
-    case 2: pv_rows<2>(pr, p_stride, v, n, dv_pad, ar, alpha + r, b_at(r), e_at(r)); break;
-    case 3: pv_rows<3>(pr, p_stride, v, n, dv_pad, ar, alpha + r, b_at(r), e_at(r)); break;
-    case 4: pv_rows<4>(pr, p_stride, v, n, dv_pad, ar, alpha + r, b_at(r), e_at(r)); break;
-    default: pv_rows<5>(pr, p_stride, v, n, dv_pad, ar, alpha + r, b_at(r), e_at(r)); break;
+    case 1: pv_rows<1>(pr, p_stride, v, n, dv_pad, ar, alpha + r, b_at(r), e_at(r), 0, dv_pad); break;
+    case 2: pv_rows<2>(pr, p_stride, v, n, dv_pad, ar, alpha + r, b_at(r), e_at(r), 0, dv_pad); break;
+    case 3: pv_rows<3>(pr, p_stride, v, n, dv_pad, ar, alpha + r, b_at(r), e_at(r), 0, dv_pad); break;
+    case 4: pv_rows<4>(pr, p_stride, v, n, dv_pad, ar, alpha + r, b_at(r), e_at(r), 0, dv_pad); break;
+    default: pv_rows<5>(pr, p_stride, v, n, dv_pad, ar, alpha + r, b_at(r), e_at(r), 0, dv_pad); break;
   }
 }
 
@@ -363,25 +372,26 @@ static inline void pvt_block(const float* p, int p_stride, const float* const* v
     for (int x = 0; x < NV_; ++x) vstore(acc + m * acc_stride + x * W, a[m][x]);
 }
 
-template <int M>
-static void pvt_strip(const float* p, int p_stride, const float* const* v, int n, int dv_pad, float* acc) {
-  int c = 0;
-  for (; c + NV * W <= dv_pad; c += NV * W) pvt_block<M, NV>(p, p_stride, v, c, n, acc + c, dv_pad);
-  for (; c < dv_pad; c += W) pvt_block<M, 1>(p, p_stride, v, c, n, acc + c, dv_pad);
-}
-
+// Column panels of V outermost, as in scores().
 static void pvt(const float* p, int rows, int n, int p_stride, const float* const* v, int dv_pad, float* acc) {
-  int r = 0;
-  for (; r + MR <= rows; r += MR) pvt_strip<MR>(p + r, p_stride, v, n, dv_pad, acc + r * dv_pad);
-  const float* pr = p + r;
-  float* ar = acc + r * dv_pad;
-  switch (rows - r) {
-    case 0: break;
-    case 1: pvt_strip<1>(pr, p_stride, v, n, dv_pad, ar); break;
-    case 2: pvt_strip<2>(pr, p_stride, v, n, dv_pad, ar); break;
-    case 3: pvt_strip<3>(pr, p_stride, v, n, dv_pad, ar); break;
-    case 4: pvt_strip<4>(pr, p_stride, v, n, dv_pad, ar); break;
-    default: pvt_strip<5>(pr, p_stride, v, n, dv_pad, ar); break;
+  for (int c0 = 0; c0 < dv_pad; c0 += NR) {
+    const int c1 = min_int(dv_pad, c0 + NR);
+    auto strip = [&](auto m_const, int r) {
+      constexpr int M = decltype(m_const)::value;
+      int c = c0;
+      for (; c + NV * W <= c1; c += NV * W) pvt_block<M, NV>(p + r, p_stride, v, c, n, acc + r * dv_pad + c, dv_pad);
+      for (; c < c1; c += W) pvt_block<M, 1>(p + r, p_stride, v, c, n, acc + r * dv_pad + c, dv_pad);
+    };
+    int r = 0;
+    for (; r + MR <= rows; r += MR) strip(IntConst<MR>{}, r);
+    switch (rows - r) {
+      case 0: break;
+      case 1: strip(IntConst<1>{}, r); break;
+      case 2: strip(IntConst<2>{}, r); break;
+      case 3: strip(IntConst<3>{}, r); break;
+      case 4: strip(IntConst<4>{}, r); break;
+      default: strip(IntConst<5>{}, r); break;
+    }
   }
 }
 
