@@ -507,5 +507,83 @@ TEST(Backward, gradient_layouts_are_the_callers) {
           ASSERT_EQ(dq[((b * c.n_q + i) * c.h + h) * c.d + x], static_cast<float>(dense.dq[c.qi(b, h, i, c.d) + x]));
 }
 
+
+// ---- Dropout in the fast forward -------------------------------------------------
+
+TEST_P(PerIsa, forward_dropout_matches_oracle) {
+  // Prefill and split-KV decode shapes (Nq = 1 against 2000 keys splits the
+  // keys into chunks), causal or not, both layouts.
+  struct S {
+    std::int64_t b, h, h_kv, n_q, n_kv, d;
+    bool causal;
+  };
+  for (const S& s : {S{2, 4, 2, 70, 90, 24, false}, S{1, 2, 2, 130, 130, 64, true}, S{1, 8, 2, 1, 2000, 32, false}}) {
+    for (double p : {0.1, 0.5}) {
+      test::Problem pb;
+      pb.b = s.b, pb.h = s.h, pb.h_kv = s.h_kv, pb.n_q = s.n_q, pb.n_kv = s.n_kv, pb.d = pb.dv = s.d;
+      pb.causal = s.causal;
+      pb.isa = GetParam();
+      pb.threads = 2;
+      pb.layout = s.n_q == 1 ? test::Layout::bshd : test::Layout::bhsd;
+      test::Buffers buf(pb);
+      buf.base.dropout_p = p;
+      buf.base.dropout_seed = 0x123456789ull;
+      buf.base.dropout_offset = 17;
+      buf.run_fast();
+      buf.run_reference();
+      // Kept probabilities are scaled by 1/(1-p): so is the error bound of O.
+      const double tol = test::tolerance_o(pb, test::max_abs(buf.q), test::max_abs(buf.k), test::max_abs(buf.v)) / (1 - p);
+      const test::Worst w = test::worst_o(buf);
+      EXPECT_LE(w.err, tol) << pb << " p=" << p << "\n" << w.describe();
+      EXPECT_LE(test::worst_lse(buf).err, test::tolerance_lse(pb, test::max_abs(buf.q), test::max_abs(buf.k)));
+    }
+  }
+}
+
+TEST_P(PerIsa, forward_dropout_is_bitwise_identical_for_any_thread_count) {
+  for (std::int64_t n_q : {1, 150}) {  // split-KV decode and prefill
+    test::Problem pb;
+    pb.b = 1, pb.h = 4, pb.h_kv = 2, pb.n_q = n_q, pb.n_kv = 1500, pb.d = pb.dv = 32;
+    pb.isa = GetParam();
+    pb.threads = 1;
+    test::Buffers one(pb);
+    one.base.dropout_p = 0.3;
+    one.run_fast();
+    for (int t : {2, 3, 7}) {
+      pb.threads = t;
+      test::Buffers many(pb);
+      many.base.dropout_p = 0.3;
+      many.run_fast();
+      EXPECT_EQ(one.o, many.o) << t << " threads, Nq=" << n_q;
+      EXPECT_EQ(one.lse, many.lse) << t << " threads, Nq=" << n_q;
+    }
+  }
+}
+
+TEST(Dropout, fast_mask_output_is_the_keep_function) {
+  const std::int64_t b = 2, h = 3, nq = 5, nkv = 37;
+  std::vector<float> q = test::randn(b * h * nq * 8, 1), k = test::randn(b * h * nkv * 8, 2),
+                     v = test::randn(b * h * nkv * 8, 3), o(q.size());
+  std::vector<std::uint8_t> keep(b * h * nq * nkv, 7);
+  Options opt;
+  opt.dropout_p = 0.35;
+  opt.dropout_seed = 42;
+  opt.dropout_offset = 3;
+  opt.dropout_mask = TensorView::contiguous(keep.data(), DType::boolean, {b, h, nq, nkv});
+  attention(TensorView::contiguous(q.data(), {b, h, nq, 8}), TensorView::contiguous(k.data(), {b, h, nkv, 8}),
+            TensorView::contiguous(v.data(), {b, h, nkv, 8}), TensorView::contiguous(o.data(), {b, h, nq, 8}), opt);
+  std::int64_t kept = 0;
+  for (std::int64_t bb = 0; bb < b; ++bb)
+    for (std::int64_t hh = 0; hh < h; ++hh)
+      for (std::int64_t i = 0; i < nq; ++i)
+        for (std::int64_t j = 0; j < nkv; ++j) {
+          const std::uint8_t got = keep[((bb * h + hh) * nq + i) * nkv + j];
+          ASSERT_EQ(got, dropout_keep(0.35, 42, 3, h, bb, hh, i, j) ? 1 : 0) << bb << " " << hh << " " << i << " " << j;
+          kept += got;
+        }
+  EXPECT_GT(kept, 0);
+  EXPECT_LT(kept, b * h * nq * nkv);
+}
+
 }  // namespace
 }  // namespace sdpa
