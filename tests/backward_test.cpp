@@ -527,6 +527,7 @@ TEST_P(PerIsa, forward_dropout_matches_oracle) {
       pb.layout = s.n_q == 1 ? test::Layout::bshd : test::Layout::bhsd;
       test::Buffers buf(pb);
       buf.base.dropout_p = p;
+      if (s.causal) buf.base.window_left = 37;  // tiles that start off a multiple of 4 keys
       buf.base.dropout_seed = 0x123456789ull;
       buf.base.dropout_offset = 17;
       buf.run_fast();

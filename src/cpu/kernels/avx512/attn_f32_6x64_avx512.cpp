@@ -14,6 +14,7 @@ inline constexpr int NV = kTile.nv;
 
 #include "cpu/kernels/tile_kernels.inl"
 #include "cpu/kernels/pack_kt_avx2.inl"
+#include "cpu/kernels/dropout_avx512.inl"
 
 }  // namespace sdpa::cpu::avx512
 
@@ -22,6 +23,7 @@ namespace sdpa::cpu {
 void attn_f32_6x64_avx512(KernelSet& ks) {
   avx512::fill_kernel_set(ks);
   ks.pack_kt = avx512::pack_kt;
+  ks.dropout = avx512::dropout_avx512;
 }
 
 }  // namespace sdpa::cpu
