@@ -57,7 +57,7 @@ static void dropout_avx512(const std::uint32_t* key, std::uint32_t qi, std::uint
       // Keys [max(j, k_lo), min(end, k_lo + 16)) of this group.
       const int from = static_cast<int>(j - k_lo), to = static_cast<int>((end < k_lo + 16 ? end : k_lo + 16) - k_lo);
       const __mmask16 m = static_cast<__mmask16>(((1u << to) - 1u) & ~((1u << from) - 1u));
-      float* x = row + (k_lo - t0);
+      float* x = row + (j - t0) - from;
       const __m512 out = multiply ? _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x), f) : f;
       _mm512_mask_storeu_ps(x, m, out);
       j = k_lo + to;

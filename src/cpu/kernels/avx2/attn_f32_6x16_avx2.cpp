@@ -14,6 +14,7 @@ inline constexpr int NV = kTile.nv;
 #include "cpu/kernels/tile_kernels.inl"
 
 #include "cpu/kernels/pack_kt_avx2.inl"
+#include "cpu/kernels/dropout_avx2.inl"
 
 }  // namespace sdpa::cpu::avx2
 
@@ -22,6 +23,7 @@ namespace sdpa::cpu {
 void attn_f32_6x16_avx2(KernelSet& ks) {
   avx2::fill_kernel_set(ks);
   ks.pack_kt = avx2::pack_kt;
+  ks.dropout = avx2::dropout_avx2;
 }
 
 }  // namespace sdpa::cpu
