@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "io/npy.h"
+#include "support/cli_fixture.h"
 #include "sdpa/attention.h"
 #include "sdpa/backward.h"
 #include "sdpa/dropout.h"
@@ -42,21 +43,9 @@ using ::testing::Not;
 // ---------------------------------------------------------------------------
 // Running the binary
 
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using sdpa::test::Result;
+using sdpa::test::shell_quote;
+using sdpa::test::slurp;
 
 // Whether two files hold the same bytes (a test's message names both, not their contents).
 bool same_bytes(const std::string& a, const std::string& b) { return slurp(a) == slurp(b); }
@@ -65,57 +54,9 @@ std::string describe(const Result& r) {
   return "exit " + std::to_string(r.code) + "\n--- stdout\n" + r.out + "--- stderr\n" + r.err;
 }
 
-// A fresh folder per test, removed afterwards.
-class CliTrainTest : public ::testing::Test {
+class CliTrainTest : public sdpa::test::CliFixture {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::string name = std::string(info->test_suite_name()) + "." + info->name();
-    std::replace_if(name.begin(), name.end(), [](char c) { return !std::isalnum(static_cast<unsigned char>(c)); }, '_');
-    dir_ = fs::temp_directory_path() / ("sdpa_cli_train_test_" + name + "_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    capture_ = dir_ / "capture";
-    fs::create_directories(capture_);
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
-  Result cli(const std::vector<std::string>& args) const {
-    std::string cmd = shell_quote(SDPA_CLI);
-    for (const std::string& a : args) {
-      cmd += ' ';
-      cmd += shell_quote(a);
-    }
-    const fs::path out = capture_ / "stdout", err = capture_ / "stderr";
-    cmd += " >";
-    cmd += shell_quote(out.string());
-    cmd += " 2>";
-    cmd += shell_quote(err.string());
-    cmd += " </dev/null";
-    const int status = std::system(cmd.c_str());
-    Result r;
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = slurp(out);
-    r.err = slurp(err);
-    return r;
-  }
-
-  // Names in the test folder containing ".tmp": leftovers of an unfinished write.
-  std::vector<std::string> tmp_leftovers() const {
-    std::vector<std::string> found;
-    for (const auto& e : fs::recursive_directory_iterator(dir_)) {
-      const std::string name = e.path().filename().string();
-      if (name.find(".tmp") != std::string::npos) found.push_back(name);
-    }
-    return found;
-  }
-
-  fs::path dir_, capture_;
+  CliTrainTest() : CliFixture("sdpa_cli_train_test_") {}
 };
 
 // ---------------------------------------------------------------------------

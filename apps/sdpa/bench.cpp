@@ -239,6 +239,21 @@ Row measure(const Shape& s, const Isa isa, int threads, int repeats, bool baseli
   return row;
 }
 
+#if SDPA_HAVE_JSON
+// A shape's sizes as JSON, in the order the tables print them.
+nlohmann::ordered_json shape_json(const Shape& s) {
+  nlohmann::ordered_json x;
+  x["B"] = s.b;
+  x["H"] = s.h;
+  x["Hkv"] = s.h_kv;
+  x["Nq"] = s.n_q;
+  x["Nkv"] = s.n_kv;
+  x["d"] = s.d;
+  x["causal"] = s.causal;
+  return x;
+}
+#endif
+
 Row measure_backward(const Shape& s, const Isa isa, int threads, int repeats, double peak, const PythonPeer* peer) {
   Row row;
   row.s = s;
@@ -328,14 +343,7 @@ int run_backward_bench(const std::vector<Shape>& shapes, Isa isa, int t, int rep
     js["peer"] = have_peer ? peer.kernel : "";
     nlohmann::ordered_json& out = js["shapes"] = nlohmann::ordered_json::array();
     for (const Row& r : rows) {
-      nlohmann::ordered_json x;
-      x["B"] = r.s.b;
-      x["H"] = r.s.h;
-      x["Hkv"] = r.s.h_kv;
-      x["Nq"] = r.s.n_q;
-      x["Nkv"] = r.s.n_kv;
-      x["d"] = r.s.d;
-      x["causal"] = r.s.causal;
+      nlohmann::ordered_json x = shape_json(r.s);
       x["ms"] = r.ms;
       x["gflops"] = r.gflops;
       x["pct_peak"] = r.pct_peak;
@@ -438,13 +446,7 @@ int run_bench(const std::string& which, std::vector<std::int64_t> ns, int thread
     for (const Row& r : rows) {
       nlohmann::ordered_json x;
       x["kind"] = r.s.kind;
-      x["B"] = r.s.b;
-      x["H"] = r.s.h;
-      x["Hkv"] = r.s.h_kv;
-      x["Nq"] = r.s.n_q;
-      x["Nkv"] = r.s.n_kv;
-      x["d"] = r.s.d;
-      x["causal"] = r.s.causal;
+      x.update(shape_json(r.s));
       x["ms"] = r.ms;
       x["gflops"] = r.gflops;
       x["pct_peak"] = r.pct_peak;
