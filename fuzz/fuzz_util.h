@@ -13,6 +13,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "half.h"
@@ -72,14 +73,36 @@ inline double fuzz_value(FuzzedDataProvider& fdp, bool specials) {
   return (static_cast<int>(b) - 128) / 32.0;
 }
 
+// Values of fuzz_value's distribution from a seed instead of the input: for
+// tensors too large for the input to fill (splitmix64, so a seed replays).
+struct Rng {
+  std::uint64_t state;
+  std::uint8_t byte() {
+    std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return static_cast<std::uint8_t>((z ^ (z >> 31)) >> 56);
+  }
+  double value(bool specials) {
+    const std::uint8_t b = byte();
+    if (specials && b >= 252) {
+      const double s[] = {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(),
+                          -std::numeric_limits<double>::infinity(), 1e30};
+      return s[b - 252];
+    }
+    return (static_cast<int>(b) - 128) / 32.0;
+  }
+};
+
 enum class Layout : std::uint8_t { contiguous, padded, negative, zero, any };
 
 // A view of `shape` (rank 1..4) in a buffer spanning exactly its elements.
 // Layout: contiguous (C order), padded (gaps between rows), negative (some
 // outer axes walk backwards), zero (some outer axes broadcast), any (fuzzed).
-// The last axis stays contiguous unless `last_any`.
+// The last axis stays contiguous unless `last_any`. The elements come from
+// the input, or from `rng` when given (the strides still come from the input).
 inline Buffer make_buffer(FuzzedDataProvider& fdp, DType dtype, const std::vector<std::int64_t>& shape, Layout layout,
-                          bool specials = false, bool last_any = false) {
+                          bool specials = false, bool last_any = false, Rng* rng = nullptr) {
   Buffer b;
   const int rank = static_cast<int>(shape.size());
   std::int64_t stride[4] = {0, 0, 0, 0};
@@ -118,8 +141,21 @@ inline Buffer make_buffer(FuzzedDataProvider& fdp, DType dtype, const std::vecto
     b.view.stride[a] = stride[a];
   }
   // Fill every byte of the buffer (elements not in the view too).
-  for (std::int64_t e = 0; e < span; ++e) store(b.bytes.data() + e * es, dtype, fuzz_value(fdp, specials));
+  for (std::int64_t e = 0; e < span; ++e)
+    store(b.bytes.data() + e * es, dtype, rng ? rng->value(specials) : fuzz_value(fdp, specials));
   return b;
+}
+
+// Every element slot of the buffer (in the view or not) set to v.
+inline void fill(Buffer& b, double v) {
+  const std::size_t es = dtype_size(b.view.dtype);
+  for (std::size_t e = 0; e * es < b.bytes.size(); ++e) store(b.bytes.data() + e * es, b.view.dtype, v);
+}
+
+// The view with axes a and c exchanged (a [B, N, H, d] buffer seen as [B, H, N, d]).
+inline void swap_axes(Buffer& b, int a, int c) {
+  std::swap(b.view.shape[a], b.view.shape[c]);
+  std::swap(b.view.stride[a], b.view.stride[c]);
 }
 
 // A second buffer with the same bytes and strides (its own memory).

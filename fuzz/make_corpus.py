@@ -76,9 +76,39 @@ def main():
         ["decode", "--help"], ["bench", "--help"], ["stats", "--help"], ["serve", "--port", "0"],
         ["run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--causal"],
         ["bench", "--isa", "avx2"], ["nope"],
+        # `run` on fuzz_cli.cpp's own files: the forward with every modifier,
+        # the backward with sinks and dropout, packed rows, and failures.
+        ["run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--lse", "lse.npy", "--probs", "p.npy",
+         "--mask", "mask.npy", "--alibi-slopes", "alibi.npy", "--sinks", "sinks.npy", "--align", "top-left",
+         "--softcap", "5", "--window-left", "2", "--dropout", "0.5", "--seed", "7", "--dropout-offset", "3",
+         "--dropout-mask", "dm.npy"],
+        ["run", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy", "--do", "do.npy", "--dq", "dq.npy",
+         "--dk", "dk.npy", "--dv", "dv.npy", "--sinks", "sinks.npy", "--dsinks", "ds.npy", "--dropout", "0.1",
+         "--seed", "18446744073709551615", "--causal", "--mask", "fmask.npy"],
+        ["run", "--q", "qp.npy", "--k", "kp.npy", "--v", "vp.npy", "--out", "o.npy", "--cu-seqlens-q", "cuq.npy",
+         "--cu-seqlens-k", "cuk.npy", "--do", "dop.npy", "--dq", "dq.npy", "--dk", "dk.npy", "--dv", "dv.npy",
+         "--causal", "--dropout", "0.25"],
+        ["run", "--q", "qs.npy", "--k", "ks.npy", "--v", "vs.npy", "--out", "o.npy", "--layout", "bshd", "--do", "dos.npy",
+         "--dq", "dq.npy", "--dk", "dk.npy", "--dv", "dv.npy", "--reference", "--alibi-slopes", "alibi2.npy"],
+        ["run", "--q", "q3.npy", "--k", "k3.npy", "--v", "v3.npy", "--out", "o.npy", "--do", "do3.npy", "--dq", "dq.npy",
+         "--dk", "dk.npy", "--dv", "dv.npy", "--dropout-offset", "4294967296", "--dropout", "0.1"],
+        ["run", "--q", "q64.npy", "--k", "k.npy", "--v", "v.npy", "--out", "q.npy", "--do", "junk.npy", "--dq", "dq.npy",
+         "--dk", "dk.npy", "--dv", "dv.npy"],
     ]
     for i, argv in enumerate(argvs):
         put("fuzz_cli", f"argv_{i}", "\0".join(argv))
+
+    # fuzz_backward: random bytes of a few sizes, and one of each storage
+    # (dense, packed: its first integral, the last byte, picks it) with and
+    # without a large problem (the second-to-last byte, 0 of 16).
+    rng = random.Random(2)
+    for i, n in enumerate((16, 200, 1500, 4000)):
+        put("fuzz_backward", f"random_{i}_{n}", bytes(rng.randrange(256) for _ in range(n)))
+    for packed in range(2):
+        for big in range(2):
+            body = bytes(rng.randrange(256) for _ in range(1200))
+            put("fuzz_backward", f"{'packed' if packed else 'dense'}{'_big' if big else ''}",
+                body + bytes([0 if big else 255, packed]))
 
 
 if __name__ == "__main__":

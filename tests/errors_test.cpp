@@ -328,6 +328,29 @@ TEST(Errors, backward_dsinks_without_sinks) {
       "dsinks", {"heads H=4"});
 }
 
+// Zero query heads: sinks and dsinks [0] may have null data (an empty
+// std::vector's), and are still set, so dsinks is accepted.
+TEST(Errors, backward_dsinks_with_zero_heads_is_accepted) {
+  std::vector<float> k(12, 0.5f), v(12, 1.0f), dk(12, 42.0f), dv(12, 42.0f);
+  const TensorView none = TensorView::contiguous(nullptr, DType::f32, {1, 0, 2, 4});
+  const TensorView kv = TensorView::contiguous(k.data(), {1, 1, 3, 4}), vv = TensorView::contiguous(v.data(), {1, 1, 3, 4});
+  const TensorView lse = TensorView::contiguous(nullptr, DType::f32, {1, 0, 2});
+  Options opt;
+  opt.sinks = TensorView::contiguous(nullptr, DType::f32, {0});
+  const Gradients g{none, TensorView::contiguous(dk.data(), {1, 1, 3, 4}), TensorView::contiguous(dv.data(), {1, 1, 3, 4}),
+                    TensorView::contiguous(nullptr, DType::f32, {0})};
+  for (bool reference : {false, true}) {
+    dk.assign(12, 42.0f);
+    dv.assign(12, 42.0f);
+    if (reference)
+      reference_attention_backward(none, kv, vv, none, lse, none, g, opt);
+    else
+      attention_backward(none, kv, vv, none, lse, none, g, opt);
+    for (float x : dk) EXPECT_EQ(x, 0.0f) << "reference " << reference;  // no query head reads a key
+    for (float x : dv) EXPECT_EQ(x, 0.0f) << "reference " << reference;
+  }
+}
+
 TEST(Errors, backward_needs_lse) {
   expect_backward_rejected([](BackwardCall& c) { c.lv = {}; }, "lse", {"the forward's lse"});
   expect_backward_rejected([](BackwardCall& c) { c.lv = TensorView::contiguous(c.lse.data(), {c.b, c.h, c.n_q - 1}); },

@@ -583,7 +583,8 @@ void check_backward(Params& p, const Layout& l, const Call& c) {
   p.grad_k = like(c.dk, "dk", c.k, "k");
   p.grad_v = like(c.dv, "dv", c.v, "v");
   if (c.dsinks.is_set()) {
-    if (!p.sinks.data) throw Error("dsinks", "unset when sinks is unset", "a view");
+    // Options::sinks itself: with H = 0 its data may be null (p.sinks.data unset).
+    if (!c.opt->sinks.is_set()) throw Error("dsinks", "unset when sinks is unset", "a view");
     const TensorView& t = c.dsinks;
     check_dtype(t, "dsinks", c.path);
     if (t.rank != 1) throw Error("dsinks", "shape [H]", dims(t));
