@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -193,6 +195,9 @@ TEST(working_memory, AnItemThatThrowsIsRethrownOnTheCaller) {
                                          [&](std::int64_t i, int) {
                                            ++ran;
                                            if (i == 3) throw std::runtime_error("item 3");
+                                           // Items take a while, so the other workers cannot finish
+                                           // all 1000 before they see the stop (on a loaded machine too).
+                                           std::this_thread::sleep_for(std::chrono::microseconds(200));
                                          }),
                  std::runtime_error);
     EXPECT_LT(ran.load(), 1000);
