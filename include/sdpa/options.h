@@ -94,7 +94,8 @@ struct Options {
   std::uint64_t dropout_offset = 0;   // < 2^32
   // Optional output, bool [B, H, Nq, Nkv] (last axis contiguous, at most
   // kMaxProbsElements elements): the keep decision of every (i, j), visible or
-  // not (1 = kept). Written by the forward pass only.
+  // not (1 = kept). With a KV cache (Nkv = capacity), as for probs, columns
+  // past the longest sequence are not written. Written by the forward pass only.
   TensorView dropout_mask;
 
   // Worker threads: 0 = one per hardware thread. Results are bitwise identical
