@@ -240,6 +240,13 @@ Row measure(const Shape& s, const Isa isa, int threads, int repeats, bool baseli
 }
 
 #if SDPA_HAVE_JSON
+// --json's file, written atomically.
+void write_json(const std::string& path, const nlohmann::ordered_json& js) {
+  const std::string text = js.dump(2) + "\n";
+  io::write_file_atomic(path, text.data(), text.size());
+  std::printf("\nwrote %s\n", path.c_str());
+}
+
 // A shape's sizes as JSON, in the order the tables print them.
 nlohmann::ordered_json shape_json(const Shape& s) {
   nlohmann::ordered_json x;
@@ -354,9 +361,7 @@ int run_backward_bench(const std::vector<Shape>& shapes, Isa isa, int t, int rep
       x["extra_mib"] = r.extra_mib;
       out.push_back(std::move(x));
     }
-    const std::string text = js.dump(2) + "\n";
-    io::write_file_atomic(json_path, text.data(), text.size());
-    std::printf("\nwrote %s\n", json_path.c_str());
+    write_json(json_path, js);
   }
 #else
   (void)json_path;
@@ -460,9 +465,7 @@ int run_bench(const std::string& which, std::vector<std::int64_t> ns, int thread
       x["extra_mib"] = r.extra_mib;
       shapes.push_back(std::move(x));
     }
-    const std::string text = js.dump(2) + "\n";
-    io::write_file_atomic(json_path, text.data(), text.size());
-    std::printf("\nwrote %s\n", json_path.c_str());
+    write_json(json_path, js);
   }
 #endif
   return kExitOk;

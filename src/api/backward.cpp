@@ -18,8 +18,10 @@ void run_reference(const Params& p) {
   try {
     reference::backward(p);
   } catch (const std::bad_alloc&) {
-    throw Error("dq", "a call whose working memory (Nkv + d + dv doubles per row) can be allocated",
-                "Nkv=" + std::to_string(p.n_kv) + ": out of memory");
+    // The oracle's dK and dV accumulators: B*Hkv*Nkv*(d + dv) doubles.
+    throw Error("dq", "a call whose working memory (B*Hkv*Nkv*(d + dv) doubles) can be allocated",
+                "Nkv=" + std::to_string(p.n_kv) + ", d=" + std::to_string(p.d) + ", dv=" + std::to_string(p.dv) +
+                    ": out of memory");
   }
 }
 
