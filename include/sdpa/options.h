@@ -98,6 +98,26 @@ struct Options {
   // past the longest sequence are not written. Written by the forward pass only.
   TensorView dropout_mask;
 
+  // Storage. Q, K, V and O may each be float32, float16 or bfloat16 (mixed
+  // freely, e.g. 16-bit K/V with float32 Q), read and written in place; the
+  // fast path computes in float32 from the values as stored. lse, probs and
+  // scores stay float32.
+  //
+  // int8 K/V (a quantised KV cache, DType::i8): K and V hold int8 values and
+  // k_scales / v_scales their scales, float32 or float16, in the layout of K
+  // and V with the last axis d / G (dv / G for V): element c of a row is
+  // value[c] * scale[c / G], G values per scale (G = d / k_scales' last size,
+  // e.g. 32 or 64). Appending k_new / v_new (float32/float16/bfloat16) to an
+  // int8 cache quantises them (sdpa::quantize_int8, sdpa/serving.h). Unset
+  // unless K (or V) is int8.
+  TensorView k_scales;
+  TensorView v_scales;
+  // Round P to 16 bits before P·V, as FlashAttention and PyTorch do with
+  // 16-bit inputs: with bfloat16 V on a CPU with AVX512-BF16 both products
+  // then run on vdpbf16ps. Off: P stays float32 (the default precision policy,
+  // README "16-bit storage"). Ignored unless V is float16 or bfloat16.
+  bool round_p = false;
+
   // Worker threads: 0 = one per hardware thread. Results are bitwise identical
   // for every thread count.
   int threads = 0;

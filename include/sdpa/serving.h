@@ -54,4 +54,14 @@ SDPA_API void attention_paged(const TensorView& q, const TensorView& k_pages, co
                      const TensorView& block_table, const TensorView& cache_seqlens, const TensorView& k_new,
                      const TensorView& v_new, const TensorView& o, const Options& opt = {}, bool reference = false);
 
+// Quantises x (float32, float64, float16 or bfloat16 [..., X], rank 1..4, any
+// strides, last axis contiguous) into int8 values [..., X] and scales
+// (float32 or float16) [..., X / G]: each group of G consecutive values of a
+// row gets scale = max|x| / 127 (rounded to the scale's dtype) and values
+// round(x / scale) in [-127, 127] (round half to even); an all-zero group gets
+// scale 0. A group holding NaN or ±inf gets a NaN scale, so it reads back as
+// NaN rather than as a finite number. This is how appending to an int8 cache
+// quantises.
+SDPA_API void quantize_int8(const TensorView& x, const TensorView& values, const TensorView& scales);
+
 }  // namespace sdpa

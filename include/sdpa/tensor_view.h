@@ -23,11 +23,12 @@
 
 namespace sdpa {
 
-enum class DType : std::uint8_t { f32, f64, f16, bf16, boolean, i32, i64 };
+// i8: int8 values of a quantised K/V (Options::k_scales / v_scales hold their scales).
+enum class DType : std::uint8_t { f32, f64, f16, bf16, boolean, i32, i64, i8 };
 
 // Size of one element in bytes.
 SDPA_API std::size_t dtype_size(DType t);
-// "float32", "float64", "float16", "bfloat16", "bool", "int32", "int64".
+// "float32", "float64", "float16", "bfloat16", "bool", "int32", "int64", "int8".
 SDPA_API const char* dtype_name(DType t);
 
 inline constexpr int kMaxRank = 4;
@@ -65,5 +66,11 @@ struct SDPA_API TensorView {
     return bshd(data, DType::f32, b, n, h, d);
   }
 };
+
+// Copies `from` into `to` element by element, converting between float32,
+// float64, float16 and bfloat16 (round to nearest even; overflow gives ±inf,
+// NaN stays NaN). Same shape (rank 1..4), any strides; the views must not
+// overlap. Throws sdpa::Error naming "from" or "to" otherwise.
+SDPA_API void convert(const TensorView& from, const TensorView& to);
 
 }  // namespace sdpa
