@@ -21,6 +21,7 @@ struct Operand {
   void* data = nullptr;  // nullptr: an optional output that is not wanted
   DType dtype = DType::f32;
   std::int64_t stride_b = 0, stride_h = 0, stride_n = 0;
+  std::int64_t elem_bytes = 4;  // dtype_size(dtype)
 
   template <class T>
   T* at(std::int64_t b, std::int64_t h, std::int64_t n) const {
@@ -28,7 +29,7 @@ struct Operand {
   }
   // The same row's address whatever the dtype (element strides times its size).
   void* addr(std::int64_t b, std::int64_t h, std::int64_t n) const {
-    return static_cast<char*>(data) + (b * stride_b + h * stride_h + n * stride_n) * static_cast<std::int64_t>(dtype_size(dtype));
+    return static_cast<char*>(data) + (b * stride_b + h * stride_h + n * stride_n) * elem_bytes;
   }
 };
 

@@ -136,6 +136,7 @@ Operand operand(const TensorView& t) {
   Operand op;
   op.data = t.data;
   op.dtype = t.dtype;
+  op.elem_bytes = static_cast<std::int64_t>(dtype_size(t.dtype));
   op.stride_b = t.stride[0];
   op.stride_h = t.stride[1];
   op.stride_n = t.stride[2];
@@ -616,6 +617,7 @@ void check_backward(Params& p, const Layout& l, const Call& c) {
     if (t.numel() > 0 && !t.data) throw Error("dsinks", "non-null data", "nullptr");
     p.grad_sinks.data = t.data;
     p.grad_sinks.dtype = t.dtype;
+    p.grad_sinks.elem_bytes = static_cast<std::int64_t>(dtype_size(t.dtype));
     p.grad_sinks.stride_h = t.stride[0];
   }
   p.backward = true;

@@ -650,7 +650,7 @@ class Runner : TileOps {
       m[rr] = kNegInf;
       l[rr] = 0.0f;
     }
-    std::memset(acc, 0, n_acc * sizeof(float));
+    std::memset(acc, 0, static_cast<std::size_t>(bl.nr * dv_pad) * sizeof(float));  // the block's rows only
 
     if (bl.nr <= kDirectRows) prefetch_tile(bl, kb, std::min<std::int64_t>(bc, ke - kb));
     for (std::int64_t t0 = kb; t0 < ke; t0 += bc) {
