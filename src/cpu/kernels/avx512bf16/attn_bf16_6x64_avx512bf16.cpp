@@ -9,6 +9,10 @@
 // step of scores_bf16 loads 4 vectors of key pairs, broadcasts 6 query pairs
 // and issues 24 vdpbf16ps, i.e. two reduction steps of the float32 kernel per
 // instruction; pv_bf16 does the same with P pairs against value pairs.
+// Whether that is faster depends on the core: on Intel Emerald Rapids one
+// vdpbf16ps zmm issues about every 2 cycles against 2 FMAs per cycle, so the
+// bf16 kernels run at ~0.65x the float32 ones there (bench/attention_bench,
+// BM_kernel_*), and bf16 storage is better served by widening to float32.
 #include <cstring>
 
 #include "cpu/kernels/kernels.h"
