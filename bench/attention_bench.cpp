@@ -1,15 +1,22 @@
 // Google Benchmark programs: sdpa's forward pass per kernel set, with FLOP/s
 // and the fraction of that ISA's FMA peak measured by bench/support in the same
 // run, and the OpenBLAS baseline (when built; see bench/support/CMakeLists.txt).
+// The tile kernels alone (one BR x BC tile, against the one-thread FMA peak) are
+// benchmarked too: the float32 scores and PV of every set, and the bf16 ones of
+// sets that have them.
 // Run: build/bench/attention_bench --benchmark_counters_tabular=true
 #include <benchmark/benchmark.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <map>
 #include <random>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "cpu/dispatch.h"
 #include "sdpa/attention.h"
 #include "support/machine.h"
 #if SDPA_HAVE_BLAS_BASELINE
@@ -20,11 +27,13 @@ namespace {
 
 int threads() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
 
-// GFLOP/s of `isa`'s vector width, measured once per ISA and run.
-double measured_fma_peak(sdpa::Isa isa) {
-  static std::map<sdpa::Isa, double> peaks;
-  auto it = peaks.find(isa);
-  if (it == peaks.end()) it = peaks.emplace(isa, sdpa::bench::fma_peak_gflops(isa, threads())).first;
+// GFLOP/s of `isa`'s vector width on `n_threads` threads, measured once per ISA,
+// thread count and run.
+double measured_fma_peak(sdpa::Isa isa, int n_threads = threads()) {
+  static std::map<std::pair<sdpa::Isa, int>, double> peaks;
+  const auto key = std::make_pair(isa, n_threads);
+  auto it = peaks.find(key);
+  if (it == peaks.end()) it = peaks.emplace(key, sdpa::bench::fma_peak_gflops(isa, n_threads)).first;
   return it->second;
 }
 
@@ -58,9 +67,9 @@ struct Buffers {
 // BLAS baseline, the best this CPU has, which OpenBLAS uses too). The rate
 // counter divides flop * iterations by the time, so percent_of_peak's
 // 100 / peak is applied to the FLOPs per iteration.
-void set_flop_counters(benchmark::State& st, double flop, sdpa::Isa isa) {
+void set_flop_counters(benchmark::State& st, double flop, sdpa::Isa isa, int n_threads = threads()) {
   st.counters["flop/s"] = benchmark::Counter(flop, benchmark::Counter::kIsIterationInvariantRate);
-  st.counters["%peak"] = benchmark::Counter(sdpa::bench::percent_of_peak(flop, measured_fma_peak(isa) * 1e9),
+  st.counters["%peak"] = benchmark::Counter(sdpa::bench::percent_of_peak(flop, measured_fma_peak(isa, n_threads) * 1e9),
                                             benchmark::Counter::kIsIterationInvariantRate);
 }
 
@@ -109,6 +118,145 @@ void BM_blas_baseline(benchmark::State& st) {
 #endif
 }
 
+// ---- One tile through one kernel: rows = BR queries against n = BC keys ----
+
+std::vector<float> normal_floats(std::size_t count, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  std::vector<float> x(count);
+  for (float& e : x) e = normal(rng);
+  return x;
+}
+
+// float32 -> bf16 bits, to nearest even (the benchmarks' inputs only).
+std::vector<std::uint16_t> to_bf16(const std::vector<float>& x) {
+  std::vector<std::uint16_t> out(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    std::uint32_t u;
+    std::memcpy(&u, &x[i], 4);
+    out[i] = static_cast<std::uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+  }
+  return out;
+}
+
+template <typename T>
+std::vector<const T*> rows_of(const std::vector<T>& x, int rows, int cols) {
+  std::vector<const T*> p(static_cast<std::size_t>(rows));
+  for (int r = 0; r < rows; ++r) p[r] = x.data() + static_cast<std::size_t>(r) * cols;
+  return p;
+}
+
+// A tile's sizes for `isa`'s set at head size d (st.range(0)).
+struct TileShape {
+  const sdpa::cpu::KernelSet& ks;
+  int rows, n, d, bc_pad, dv_pad;
+  TileShape(sdpa::Isa isa, int d_)
+      : ks(sdpa::cpu::kernels_for(isa)),
+        rows(ks.br),
+        n(ks.bc),
+        d(d_),
+        bc_pad(ks.bc),
+        dv_pad((d_ + ks.w - 1) / ks.w * ks.w) {}
+  double flop() const { return 2.0 * rows * n * d; }
+};
+
+bool skip_unsupported(benchmark::State& st, sdpa::Isa isa) {
+  if (sdpa::isa_supported(isa)) return false;
+  st.SkipWithError("CPU lacks this ISA");
+  return true;
+}
+
+// S = Qs·Kt (float32): FLOPs 2·BR·BC·d.
+void BM_kernel_scores(benchmark::State& st, sdpa::Isa isa) {
+  if (skip_unsupported(st, isa)) return;
+  const TileShape t(isa, static_cast<int>(st.range(0)));
+  measured_fma_peak(isa, 1);
+  const auto q = normal_floats(static_cast<std::size_t>(t.rows) * t.d, 1),
+             k = normal_floats(static_cast<std::size_t>(t.n) * t.d, 2);
+  const auto kp = rows_of(k, t.n, t.d);
+  std::vector<float> kt(static_cast<std::size_t>(t.d) * t.bc_pad), s(static_cast<std::size_t>(t.rows) * t.bc_pad);
+  t.ks.pack_kt(kp.data(), t.n, t.d, kt.data(), t.bc_pad);
+  for (auto _ : st) {
+    t.ks.scores(q.data(), t.rows, t.d, kt.data(), t.bc_pad, s.data());
+    benchmark::DoNotOptimize(s.data());
+    benchmark::ClobberMemory();
+  }
+  set_flop_counters(st, t.flop(), isa, 1);
+}
+
+// S = scale·Q·Kᵀ from bf16 Q and K (float32 sums).
+void BM_kernel_scores_bf16(benchmark::State& st, sdpa::Isa isa) {
+  if (skip_unsupported(st, isa)) return;
+  const TileShape t(isa, static_cast<int>(st.range(0)));
+  measured_fma_peak(isa, 1);
+  const int d2 = t.d + (t.d & 1);
+  const auto q = to_bf16(normal_floats(static_cast<std::size_t>(t.rows) * t.d, 1));
+  const auto k = to_bf16(normal_floats(static_cast<std::size_t>(t.n) * t.d, 2));
+  const auto qp = rows_of(q, t.rows, t.d), kp = rows_of(k, t.n, t.d);
+  std::vector<std::uint16_t> q2(static_cast<std::size_t>(t.rows) * d2), kt2(static_cast<std::size_t>(d2) * t.bc_pad);
+  std::vector<float> s(static_cast<std::size_t>(t.rows) * t.bc_pad);
+  t.ks.pack_q_bf16(qp.data(), t.rows, t.d, q2.data());
+  t.ks.pack_kt_bf16(kp.data(), t.n, t.d, kt2.data(), t.bc_pad);
+  const float scale = static_cast<float>(1 / std::sqrt(double(t.d)));
+  for (auto _ : st) {
+    t.ks.scores_bf16(q2.data(), t.rows, t.d, kt2.data(), t.bc_pad, scale, s.data());
+    benchmark::DoNotOptimize(s.data());
+    benchmark::ClobberMemory();
+  }
+  set_flop_counters(st, t.flop(), isa, 1);
+}
+
+// acc = acc·alpha + P·V (float32), dv = d: FLOPs 2·BR·BC·d.
+void BM_kernel_pv(benchmark::State& st, sdpa::Isa isa) {
+  if (skip_unsupported(st, isa)) return;
+  const TileShape t(isa, static_cast<int>(st.range(0)));
+  measured_fma_peak(isa, 1);
+  const auto v = normal_floats(static_cast<std::size_t>(t.n) * t.dv_pad, 3);
+  const auto vp = rows_of(v, t.n, t.dv_pad);
+  std::vector<float> p(static_cast<std::size_t>(t.rows) * t.bc_pad, 1.0f / t.n),
+      acc(static_cast<std::size_t>(t.rows) * t.dv_pad), alpha(static_cast<std::size_t>(t.rows), 1.0f);
+  for (auto _ : st) {
+    t.ks.pv(p.data(), t.rows, t.n, t.bc_pad, vp.data(), t.dv_pad, acc.data(), alpha.data(), nullptr, nullptr);
+    benchmark::DoNotOptimize(acc.data());
+    benchmark::ClobberMemory();
+  }
+  set_flop_counters(st, t.flop(), isa, 1);
+}
+
+// The same with bf16 V and P rounded to bf16.
+void BM_kernel_pv_bf16(benchmark::State& st, sdpa::Isa isa) {
+  if (skip_unsupported(st, isa)) return;
+  const TileShape t(isa, static_cast<int>(st.range(0)));
+  measured_fma_peak(isa, 1);
+  const auto v = to_bf16(normal_floats(static_cast<std::size_t>(t.n) * t.d, 3));
+  const auto vp = rows_of(v, t.n, t.d);
+  std::vector<std::uint16_t> v2(static_cast<std::size_t>(t.n + 1) / 2 * 2 * t.dv_pad);
+  t.ks.pack_v_bf16(vp.data(), t.n, t.d, v2.data(), t.dv_pad);
+  std::vector<float> p(static_cast<std::size_t>(t.rows) * t.bc_pad, 1.0f / t.n),
+      acc(static_cast<std::size_t>(t.rows) * t.dv_pad), alpha(static_cast<std::size_t>(t.rows), 1.0f);
+  for (auto _ : st) {
+    t.ks.pv_bf16(p.data(), t.rows, t.n, t.bc_pad, v2.data(), t.dv_pad, acc.data(), alpha.data());
+    benchmark::DoNotOptimize(acc.data());
+    benchmark::ClobberMemory();
+  }
+  set_flop_counters(st, t.flop(), isa, 1);
+}
+
+void kernel_args(benchmark::internal::Benchmark* b) { b->ArgName("d")->Arg(64)->Arg(128); }
+
+// The bf16 kernel benchmarks, registered only for sets that have the kernels.
+const bool kBf16KernelBenchmarks = [] {
+#define SDPA_KERNEL(isa, name, ns, w, mr, nv, br, bc)                                                           \
+  if (sdpa::cpu::kernels_for(sdpa::isa).scores_bf16) {                                                          \
+    benchmark::RegisterBenchmark("BM_kernel_scores_bf16/" #name, BM_kernel_scores_bf16, sdpa::isa)              \
+        ->Apply(kernel_args);                                                                                   \
+    benchmark::RegisterBenchmark("BM_kernel_pv_bf16/" #name, BM_kernel_pv_bf16, sdpa::isa)->Apply(kernel_args); \
+  }
+#include "cpu/kernels/kernels.def"
+#undef SDPA_KERNEL
+  return true;
+}();
+
 void prefill_args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"N", "d", "causal"})->ArgsProduct({{512, 2048, 4096}, {64, 128}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
 }
@@ -123,7 +271,9 @@ void prefill_args(benchmark::internal::Benchmark* b) {
       ->Arg(4096)                                                      \
       ->Arg(16384)                                                     \
       ->Unit(benchmark::kMillisecond)                                  \
-      ->UseRealTime();
+      ->UseRealTime();                                                 \
+  BENCHMARK_CAPTURE(BM_kernel_scores, name, sdpa::isa)->Apply(kernel_args); \
+  BENCHMARK_CAPTURE(BM_kernel_pv, name, sdpa::isa)->Apply(kernel_args);
 #include "cpu/kernels/kernels.def"
 #undef SDPA_KERNEL
 BENCHMARK(BM_blas_baseline)->Apply(prefill_args);

@@ -47,7 +47,11 @@ bool os_saves_zmm() {
 // __builtin_cpu_supports does not know "f16c" before clang 16).
 struct CpuFeatures {
   bool fma = false, f16c = false, avx2 = false, avx512f = false;
+  bool avx512bw = false, avx512vl = false, avx512bf16 = false;
 };
+
+// CPUID.(EAX=7,ECX=1):EAX bit 5, spelled out: not every <cpuid.h> names it.
+constexpr unsigned kCpuidAvx512Bf16 = 1u << 5;
 
 CpuFeatures cpu_features() {
   CpuFeatures f;
@@ -56,8 +60,12 @@ CpuFeatures cpu_features() {
   f.fma = (c & bit_FMA) != 0;
   f.f16c = (c & bit_F16C) != 0;
   if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+    const unsigned max_subleaf = a;
     f.avx2 = (b & bit_AVX2) != 0;
     f.avx512f = (b & bit_AVX512F) != 0;
+    f.avx512bw = (b & bit_AVX512BW) != 0;
+    f.avx512vl = (b & bit_AVX512VL) != 0;
+    if (max_subleaf >= 1 && __get_cpuid_count(7, 1, &a, &b, &c, &d)) f.avx512bf16 = (a & kCpuidAvx512Bf16) != 0;
   }
   return f;
 }
@@ -67,11 +75,37 @@ bool cpu_has_avx512() {
   return f.avx512f && f.avx2 && f.fma && f.f16c && os_saves_zmm();
 }
 
+// The avx512bf16 file is also built with AVX512BW (its 16-bit masked moves and
+// permutes) and AVX512VL (which the compiler may use anywhere in it): every CPU
+// with AVX512-BF16 has both, but they are checked rather than assumed.
+bool cpu_has_avx512bf16() {
+  const CpuFeatures f = cpu_features();
+  return cpu_has_avx512() && f.avx512bw && f.avx512vl && f.avx512bf16;
+}
+
 bool cpu_has_avx2() {
   const CpuFeatures f = cpu_features();
   return f.avx2 && f.fma && f.f16c && os_saves_ymm();
 }
 #endif
+
+// Every Isa's name, in the order parse errors list them ("auto" is also
+// accepted for automatic).
+struct IsaName {
+  Isa isa;
+  const char* name;
+};
+constexpr IsaName kIsaNames[] = {{Isa::automatic, "automatic"}, {Isa::scalar, "scalar"},
+                                 {Isa::avx2, "avx2"},           {Isa::avx512, "avx512"},
+                                 {Isa::avx512bf16, "avx512bf16"}, {Isa::neon, "neon"}};
+
+// "one of auto, scalar, ...": what parse_isa and SDPA_ISA accept.
+std::string isa_choices() {
+  std::string s = "one of auto";
+  for (const IsaName& e : kIsaNames)
+    if (e.isa != Isa::automatic) s += std::string(", ") + e.name;
+  return s;
+}
 
 // The number of kernel sets kernels.def lists: the table holds exactly these.
 constexpr int kKernelSets = 0
@@ -126,7 +160,7 @@ Isa select_isa(Isa requested) {
     try {
       requested = parse_isa(env);
     } catch (const Error&) {
-      throw Error("SDPA_ISA", "one of auto, scalar, avx2, avx512", std::string("'") + env + "'");
+      throw Error("SDPA_ISA", isa_choices(), std::string("'") + env + "'");
     }
     who = "SDPA_ISA";
     if (requested == Isa::automatic) return detect_isa();
@@ -150,23 +184,16 @@ const KernelSet& kernels_for(Isa isa) {
 }  // namespace cpu
 
 const char* isa_name(Isa isa) {
-  switch (isa) {
-    case Isa::automatic: return "automatic";
-    case Isa::scalar: return "scalar";
-    case Isa::avx2: return "avx2";
-    case Isa::avx512: return "avx512";
-    case Isa::neon: return "neon";
-  }
+  for (const cpu::IsaName& e : cpu::kIsaNames)
+    if (e.isa == isa) return e.name;
   return "?";
 }
 
 Isa parse_isa(const std::string& name) {
-  if (name == "auto" || name == "automatic") return Isa::automatic;
-  if (name == "scalar") return Isa::scalar;
-  if (name == "avx2") return Isa::avx2;
-  if (name == "avx512") return Isa::avx512;
-  if (name == "neon") return Isa::neon;
-  throw Error("isa", "one of auto, scalar, avx2, avx512, neon", "'" + name + "'");
+  if (name == "auto") return Isa::automatic;
+  for (const cpu::IsaName& e : cpu::kIsaNames)
+    if (name == e.name) return e.isa;
+  throw Error("isa", cpu::isa_choices(), "'" + name + "'");
 }
 
 std::vector<Isa> compiled_isas() {
@@ -190,6 +217,10 @@ bool isa_supported(Isa isa) {
     }
     case Isa::avx512: {
       static const bool ok = cpu::cpu_has_avx512();
+      return ok;
+    }
+    case Isa::avx512bf16: {
+      static const bool ok = cpu::cpu_has_avx512bf16();
       return ok;
     }
 #endif
