@@ -83,6 +83,12 @@ bool cpu_has_avx512bf16() {
   return cpu_has_avx512() && f.avx512bw && f.avx512vl && f.avx512bf16;
 }
 
+bool cpu_is_amd() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+  return b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;  // "AuthenticAMD"
+}
+
 bool cpu_has_avx2() {
   const CpuFeatures f = cpu_features();
   return f.avx2 && f.fma && f.f16c && os_saves_ymm();
@@ -132,6 +138,14 @@ struct Table {
   }
 #include "cpu/kernels/kernels.def"
 #undef SDPA_KERNEL
+#if defined(__x86_64__)
+    // vdpbf16ps: on Intel cores (measured: Emerald Rapids) it issues at half
+    // the rate of vfmadd, so its 2 products per lane are no gain over float32
+    // FMAs and the driver keeps to those; AMD's Zen 4 runs it at the FMA
+    // rate, where the pairs double the products per instruction.
+    for (int i = 0; i < count; ++i)
+      if (sets[i].isa == Isa::avx512bf16) sets[i].bf16_fast = cpu_is_amd();
+#endif
   }
 };
 

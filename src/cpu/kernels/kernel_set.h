@@ -141,6 +141,17 @@ struct KernelSet {
   // the tile's V rows reaches every row even where its P entry is 0.
   void (*pv_bf16)(const float* p, int rows, int n, int p_stride, const std::uint16_t* v2, int dv_pad, float* acc,
                   const float* alpha);
+
+  // How the driver uses the bf16 members. bf16_kpad: d2 is d rounded up to a
+  // multiple of it (2 for pair instructions, 32 for AMX tiles), and v2 holds
+  // n rounded up to it keys; bf16_rpad: q2 and S hold rows rounded up to it
+  // (pack_q_bf16 zero-fills the extra rows). bf16_fast: the bf16 products run
+  // faster than the float32 kernels on this CPU, so the driver uses them for
+  // bfloat16 Q·Kᵀ (exact products: the default precision policy holds) and,
+  // with Options::round_p, for P·V; otherwise only the float32 kernels run.
+  int bf16_kpad = 2;
+  int bf16_rpad = 1;
+  bool bf16_fast = false;
 };
 
 }  // namespace sdpa::cpu
