@@ -72,6 +72,9 @@ constexpr std::int64_t kMinChunkKeys = 256;
 // Blocks of at most this many rows (decode: Nq * group small) compute scores
 // straight from K rows: packing a transposed tile would cost more than using it.
 constexpr int kDirectRows = 8;
+// How far ahead (keys) the decode kernels on stored K/V request rows: half a
+// tile (8 KiB of bfloat16 rows at d = 128); a whole tile measured slower.
+constexpr int kStreamAhead = 32;
 // The most working memory one thread may use (qs, Kt, S, acc, V tile): 256 MiB,
 // about 900 times what d = dv = 128 needs.
 constexpr std::size_t kMaxWorkspaceBytes = std::size_t{256} << 20;
@@ -347,6 +350,7 @@ class Runner : TileOps {
     if (n <= 0) return;
     for (const Operand* t : {&p_.k, &p_.v}) {
       if (only && t != only) continue;
+      if (stored_ok(*t)) continue;  // the stored-row kernels prefetch as they stream
       const std::int64_t es = static_cast<std::int64_t>(dtype_size(t->dtype));
       const std::int64_t row_bytes = (t == &p_.k ? p_.d : p_.dv) * es;
       if (p_.kv_rows_strided(t0, n) && t->stride_n * es == row_bytes) {
@@ -360,6 +364,41 @@ class Runner : TileOps {
         for (std::int64_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(row + off, 0, 3);
       }
     }
+  }
+
+  // Whether decode blocks read K or V (t) through the stored-row kernels:
+  // float16, bfloat16, and int8 whose groups are whole vectors.
+  bool stored_ok(const Operand& t) const {
+    if (t.dtype == DType::f16 || t.dtype == DType::bf16) return true;
+    return t.dtype == DType::i8 && p_.group_of(t) % ks_.w == 0;
+  }
+
+  // Keys [t0, t0 + n) of K or V (t) as stored, for the decode kernels.
+  StoredRows stored_rows(const Operand& t, const Block& bl, std::int64_t t0, int n, const void** rows,
+                         const void** scales) const {
+    StoredRows r{};
+    r.rows = rows;
+    r.dtype = t.dtype;
+    const std::int64_t width = &t == &p_.k ? p_.d : p_.dv;
+    const std::int64_t es = static_cast<std::int64_t>(dtype_size(t.dtype));
+    r.row_bytes = static_cast<int>(width * es);
+    const Operand* sc = p_.scales_of(t);
+    for (int j = 0; j < n; ++j) {
+      rows[j] = p_.kv_addr(t, bl.b, bl.hk, t0 + j);
+      if (sc) scales[j] = p_.kv_addr(*sc, bl.b, bl.hk, t0 + j);
+    }
+    if (sc) {
+      r.scales = scales;
+      r.sdt = sc->dtype;
+      r.group = static_cast<int>(p_.group_of(t));
+      r.scale_bytes = static_cast<int>(width / r.group * static_cast<std::int64_t>(dtype_size(sc->dtype)));
+    }
+    // The row kStreamAhead keys ahead in the same stream (none across
+    // pages), when the scales are strided like the values.
+    if (!p_.paged() && (!sc || sc->stride_n * static_cast<std::int64_t>(dtype_size(sc->dtype)) * r.row_bytes ==
+                                   t.stride_n * es * r.scale_bytes))
+      r.prefetch = std::int64_t{kStreamAhead} * t.stride_n * es;
+    return r;
   }
 
   // Whether row rr sees any key of [kb, ke) (ranges and explicit mask).
@@ -477,6 +516,12 @@ class Runner : TileOps {
   // (then row_begin/row_end hold them).
   bool score_tile(const Block& bl, const float* qs, std::int64_t t0, int n, int bc_pad, float* kt, float* s,
                   int* row_begin, int* row_end, const BlockRange& br, ScoresStage stage = ScoresStage::masked) {
+    if (bl.nr <= kDirectRows && stored_ok(p_.k)) {
+      thread_local const void* rows[kMaxTileKeys];
+      thread_local const void* scales[kMaxTileKeys];
+      ks_.scores_direct_st(qs, bl.nr, static_cast<int>(p_.d), stored_rows(p_.k, bl, t0, n, rows, scales), n, s, bc_pad);
+      return finish_scores(bl, t0, n, bc_pad, s, row_begin, row_end, br, stage);
+    }
     const float** k = tile_rows();
     kv_rows(p_.k, bl, t0, n, k);
     if (bl.nr <= kDirectRows) {
@@ -485,6 +530,12 @@ class Runner : TileOps {
       ks_.pack_kt(k, n, static_cast<int>(p_.d), kt, bc_pad);
       ks_.scores(qs, bl.nr, static_cast<int>(p_.d), kt, bc_pad, s);
     }
+    return finish_scores(bl, t0, n, bc_pad, s, row_begin, row_end, br, stage);
+  }
+
+  // The stages after scale·q·k: softcap, then masks.
+  bool finish_scores(const Block& bl, std::int64_t t0, int n, int bc_pad, float* s, int* row_begin, int* row_end,
+                     const BlockRange& br, ScoresStage stage) const {
     if (stage == ScoresStage::scaled) return false;
     if (p_.softcap > 0) ks_.softcap(s, bl.nr, bc_pad, static_cast<float>(p_.softcap));
     if (stage == ScoresStage::softcapped) return false;
@@ -498,6 +549,15 @@ class Runner : TileOps {
   void pv_tile(const Block& bl, std::int64_t t0, int n, int bc_pad, const float* s, float* vp, float* acc,
                const float* alpha, const int* row_begin, const int* row_end) {
     const std::int64_t dv_pad = bl.g->pl.dv_pad;
+    if (bl.nr <= kDirectRows && stored_ok(p_.v) && !row_end && !p_.mask.data) {
+      // Decode with V as stored. (An explicit mask or per-row key ranges take
+      // the float32 path below, which keeps masked values out of every row.)
+      thread_local const void* rows[kMaxTileKeys];
+      thread_local const void* scales[kMaxTileKeys];
+      ks_.pv_direct_st(s, bl.nr, n, bc_pad, stored_rows(p_.v, bl, t0, n, rows, scales), static_cast<int>(p_.dv), acc,
+                       static_cast<int>(dv_pad), alpha);
+      return;
+    }
     // V's rows as float32: in place, or converted from 16 bits or int8 (then
     // already zero padded to a multiple of 16 floats).
     thread_local const float* v_src[kMaxTileKeys];

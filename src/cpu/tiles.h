@@ -109,9 +109,18 @@ class TileOps {
       const int width = static_cast<int>(&t == &p_.k ? p_.d : p_.dv);
       const std::int64_t stride = (width + 15) / 16 * 16;
       float* buf = convert_buffer(&t == &p_.k ? 0 : 1, static_cast<std::size_t>(n * stride));
+      const Operand* sc = p_.scales_of(t);
+      const std::int64_t es = static_cast<std::int64_t>(dtype_size(t.dtype));
+      const bool strided = p_.kv_rows_strided(t0, n);
+      const char* base = strided ? static_cast<const char*>(p_.kv_addr(t, bl.b, bl.hk, t0)) : nullptr;
       for (int j = 0; j < n; ++j) {
         float* dst = buf + j * stride;
-        convert_row(t, bl.b, bl.hk, t0 + j, width, dst);
+        if (sc) {
+          convert_row(t, bl.b, bl.hk, t0 + j, width, dst);
+        } else {
+          const void* src = strided ? base + j * t.stride_n * es : p_.kv_addr(t, bl.b, bl.hk, t0 + j);
+          ks_.to_f32(src, t.dtype, width, dst);
+        }
         for (std::int64_t c = width; c < stride; ++c) dst[c] = 0.0f;
         out[j] = dst;
       }

@@ -21,6 +21,17 @@ static void convert_to_f32(const void* src, DType dt, int n, float* dst) {
   const auto* s = static_cast<const std::uint16_t*>(src);
   int c = 0;
   if (dt == DType::bf16) {
+#if defined(__AVX512F__)
+    for (; c + 16 <= n; c += 16) {
+      const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + c)));
+      _mm512_storeu_ps(dst + c, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+    }
+#elif defined(__AVX2__)
+    for (; c + 8 <= n; c += 8) {
+      const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + c)));
+      _mm256_storeu_ps(dst + c, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+    }
+#endif
     for (; c < n; ++c) {
       const std::uint32_t bits = static_cast<std::uint32_t>(s[c]) << 16;
       std::memcpy(dst + c, &bits, sizeof bits);
@@ -42,6 +53,20 @@ static void dequant_i8(const std::int8_t* src, const void* scales, DType sdt, in
   for (int g0 = 0, s = 0; g0 < n; g0 += group, ++s) {
     const float scale = sdt == DType::f16 ? convert_f16_one(static_cast<const std::uint16_t*>(scales)[s])
                                           : static_cast<const float*>(scales)[s];
-    for (int c = g0; c < g0 + group; ++c) dst[c] = static_cast<float>(src[c]) * scale;
+    int c = g0;
+#if defined(__AVX512F__)
+    const __m512 vs = _mm512_set1_ps(scale);
+    for (; c + 16 <= g0 + group; c += 16) {
+      const __m512i w = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + c)));
+      _mm512_storeu_ps(dst + c, _mm512_mul_ps(_mm512_cvtepi32_ps(w), vs));
+    }
+#elif defined(__AVX2__)
+    const __m256 vs = _mm256_set1_ps(scale);
+    for (; c + 8 <= g0 + group; c += 8) {
+      const __m256i w = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + c)));
+      _mm256_storeu_ps(dst + c, _mm256_mul_ps(_mm256_cvtepi32_ps(w), vs));
+    }
+#endif
+    for (; c < g0 + group; ++c) dst[c] = static_cast<float>(src[c]) * scale;
   }
 }

@@ -10,6 +10,22 @@
 
 namespace sdpa::cpu {
 
+// Rows of K or V as stored (float16, bfloat16, or int8 with group scales),
+// read by the decode kernels, which convert in registers. For int8, group is a
+// multiple of the set's W. Each kernel prefetches, for every row it reads,
+// the row `prefetch` bytes further on (0: none): a row some keys later in the
+// same stream (and its scales, at the same distance in scale bytes).
+struct StoredRows {
+  const void* const* rows;    // rows[j]: key j's values
+  DType dtype;                // f16, bf16 or i8
+  const void* const* scales;  // int8: scales[j], key j's scales (dtype sdt); else nullptr
+  DType sdt;
+  int group;
+  std::int64_t prefetch;
+  int row_bytes;              // bytes of one row's values (and, int8, of its scales: scale_bytes)
+  int scale_bytes;
+};
+
 struct KernelSet {
   Isa isa;
   const char* name;  // kernels.def's name, e.g. "attn_f32_6x16_avx2"
@@ -78,6 +94,13 @@ struct KernelSet {
   // dst[c] = src[c] * scale[c / group], c < n (n % group == 0), the scales
   // float32 or float16 (sdt), the product rounded to float32.
   void (*dequant_i8)(const std::int8_t* src, const void* scales, DType sdt, int group, int n, float* dst);
+  // Decode (blocks of at most 8 rows): the scores_direct and pv contracts
+  // with K or V as stored. S [rows x n] = Qs·Kᵀ; acc [rows x dv] (rows
+  // acc_stride apart) = acc·alpha[r] + P·V over every key j < n (no per-row
+  // key ranges: the driver uses the float32 kernels on such tiles).
+  void (*scores_direct_st)(const float* qs, int rows, int d, const StoredRows& k, int n, float* s, int s_stride);
+  void (*pv_direct_st)(const float* p, int rows, int n, int p_stride, const StoredRows& v, int dv, float* acc,
+                       int acc_stride, const float* alpha);
 };
 
 }  // namespace sdpa::cpu

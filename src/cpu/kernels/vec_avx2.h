@@ -22,6 +22,15 @@ inline constexpr int W = 8;
 static inline Vec vzero() { return {_mm256_setzero_ps()}; }
 static inline Vec vset(float x) { return {_mm256_set1_ps(x)}; }
 static inline Vec vload(const float* p) { return {_mm256_loadu_ps(p)}; }
+// W lanes from 16-bit or int8 storage, as float32 (exact for 16-bit).
+static inline Vec vload_f16(const std::uint16_t* p) { return {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))}; }
+static inline Vec vload_bf16(const std::uint16_t* p) {
+  const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return {_mm256_castsi256_ps(_mm256_slli_epi32(w, 16))};
+}
+static inline Vec vload_i8(const std::int8_t* p) {
+  return {_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))))};
+}
 static inline void vstore(float* p, Vec a) { _mm256_storeu_ps(p, a.v); }
 static inline Vec vadd(Vec a, Vec b) { return {_mm256_add_ps(a.v, b.v)}; }
 static inline Vec vsub(Vec a, Vec b) { return {_mm256_sub_ps(a.v, b.v)}; }

@@ -22,6 +22,15 @@ inline constexpr int W = 16;
 static inline Vec vzero() { return {_mm512_setzero_ps()}; }
 static inline Vec vset(float x) { return {_mm512_set1_ps(x)}; }
 static inline Vec vload(const float* p) { return {_mm512_loadu_ps(p)}; }
+// W lanes from 16-bit or int8 storage, as float32 (exact for 16-bit).
+static inline Vec vload_f16(const std::uint16_t* p) { return {_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))}; }
+static inline Vec vload_bf16(const std::uint16_t* p) {
+  const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return {_mm512_castsi512_ps(_mm512_slli_epi32(w, 16))};
+}
+static inline Vec vload_i8(const std::int8_t* p) {
+  return {_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))))};
+}
 static inline void vstore(float* p, Vec a) { _mm512_storeu_ps(p, a.v); }
 static inline Vec vadd(Vec a, Vec b) { return {_mm512_add_ps(a.v, b.v)}; }
 static inline Vec vsub(Vec a, Vec b) { return {_mm512_sub_ps(a.v, b.v)}; }

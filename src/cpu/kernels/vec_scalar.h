@@ -22,6 +22,10 @@ inline constexpr int W = 1;
 static inline Vec vzero() { return {0.0f}; }
 static inline Vec vset(float x) { return {x}; }
 static inline Vec vload(const float* p) { return {*p}; }
+// One lane from 16-bit or int8 storage, as float32 (exact for 16-bit).
+static inline Vec vload_f16(const std::uint16_t* p) { return {half_to_float(*p)}; }
+static inline Vec vload_bf16(const std::uint16_t* p) { return {bf16_to_float(*p)}; }
+static inline Vec vload_i8(const std::int8_t* p) { return {static_cast<float>(*p)}; }
 static inline void vstore(float* p, Vec a) { *p = a.v; }
 static inline Vec vadd(Vec a, Vec b) { return {a.v + b.v}; }
 static inline Vec vsub(Vec a, Vec b) { return {a.v - b.v}; }

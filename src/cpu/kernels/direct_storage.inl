@@ -1,0 +1,224 @@
+// Decode kernels on K/V as stored (float16, bfloat16, int8 with group
+// scales): the scores_direct and pv loops with the conversion done in
+// registers, so the bytes read from memory are the stored ones and nothing is
+// written back. Decode reads each K/V byte once with a few FMAs per byte:
+// memory-bound, and on one core bound by how many cache lines are in flight,
+// so each row read also requests the row a tile ahead (StoredRows::prefetch).
+// Included by tile_kernels.inl inside an ISA's namespace (W, Vec, vload_*).
+
+struct LoadF16 {
+  static Vec vec(const void* r, const void*, int c) { return vload_f16(static_cast<const std::uint16_t*>(r) + c); }
+  static float one(const void* r, const void*, int c) { return convert_f16_one(static_cast<const std::uint16_t*>(r)[c]); }
+};
+
+struct LoadBF16 {
+  static Vec vec(const void* r, const void*, int c) { return vload_bf16(static_cast<const std::uint16_t*>(r) + c); }
+  static float one(const void* r, const void*, int c) {
+    const std::uint32_t bits = static_cast<std::uint32_t>(static_cast<const std::uint16_t*>(r)[c]) << 16;
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    return f;
+  }
+};
+
+// int8 with float32 (F16 = false) or float16 scales; group % W == 0, so a
+// vector never straddles two groups.
+template <bool F16>
+struct LoadI8 {
+  int group;
+  float scale(const void* sc, int c) const {
+    const int g = c / group;
+    return F16 ? convert_f16_one(static_cast<const std::uint16_t*>(sc)[g]) : static_cast<const float*>(sc)[g];
+  }
+  Vec vec(const void* r, const void* sc, int c) const {
+    return vmul(vload_i8(static_cast<const std::int8_t*>(r) + c), vset(scale(sc, c)));
+  }
+  float one(const void* r, const void* sc, int c) const {
+    return static_cast<float>(static_cast<const std::int8_t*>(r)[c]) * scale(sc, c);
+  }
+};
+
+static inline void prefetch_row(const StoredRows& t, int j) {
+  if (t.prefetch == 0) return;
+  const char* r = static_cast<const char*>(t.rows[j]) + t.prefetch;
+  for (int off = 0; off < t.row_bytes; off += 64) __builtin_prefetch(r + off, 0, 3);
+  if (t.scales) __builtin_prefetch(static_cast<const char*>(t.scales[j]) + t.prefetch / t.row_bytes * t.scale_bytes, 0, 3);
+}
+
+static inline const void* scale_row(const StoredRows& t, int j) { return t.scales ? t.scales[j] : nullptr; }
+
+// M rows x 2 keys, as scores_direct_block (blocked summation every 8 steps).
+template <int M, class L>
+static inline void scores_st_block(const L& ld, const float* qs, int d, const StoredRows& k, int j0, int j1, float* s,
+                                   int s_stride) {
+  const void *k0 = k.rows[j0], *k1 = k.rows[j1], *c0 = scale_row(k, j0), *c1 = scale_row(k, j1);
+  Vec acc[M][2], tot[M][2];
+#pragma GCC unroll 4
+  for (int m = 0; m < M; ++m) acc[m][0] = acc[m][1] = tot[m][0] = tot[m][1] = vzero();
+  constexpr int kChunk = 8;
+  int c = 0, step = 0;
+  for (; c + W <= d; c += W) {
+    const Vec b0 = ld.vec(k0, c0, c), b1 = ld.vec(k1, c1, c);
+#pragma GCC unroll 4
+    for (int m = 0; m < M; ++m) {
+      const Vec a = vload(qs + m * d + c);
+      acc[m][0] = vfma(a, b0, acc[m][0]);
+      acc[m][1] = vfma(a, b1, acc[m][1]);
+    }
+    if (++step == kChunk) {
+      step = 0;
+#pragma GCC unroll 4
+      for (int m = 0; m < M; ++m) {
+        tot[m][0] = vadd(tot[m][0], acc[m][0]);
+        tot[m][1] = vadd(tot[m][1], acc[m][1]);
+        acc[m][0] = acc[m][1] = vzero();
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int m = 0; m < M; ++m) {
+    float t0 = hsum(vadd(tot[m][0], acc[m][0])), t1 = hsum(vadd(tot[m][1], acc[m][1]));
+    for (int cc = c; cc < d; ++cc) {
+      t0 += qs[m * d + cc] * ld.one(k0, c0, cc);
+      t1 += qs[m * d + cc] * ld.one(k1, c1, cc);
+    }
+    s[m * s_stride] = t0;
+    s[m * s_stride + 1] = t1;
+  }
+}
+
+template <int M, class L>
+static void scores_st_rows(const L& ld, const float* qs, int d, const StoredRows& k, int n, float* s, int s_stride,
+                           bool prefetch) {
+  int j = 0;
+  for (; j + 2 <= n; j += 2) {
+    if (prefetch) {
+      prefetch_row(k, j);
+      prefetch_row(k, j + 1);
+    }
+    scores_st_block<M>(ld, qs, d, k, j, j + 1, s + j, s_stride);
+  }
+  if (j < n) {
+    if (prefetch) prefetch_row(k, j);
+    float tail[M][2];
+    scores_st_block<M>(ld, qs, d, k, j, j, &tail[0][0], 2);
+#pragma GCC unroll 4
+    for (int m = 0; m < M; ++m) s[m * s_stride + j] = tail[m][0];
+  }
+}
+
+template <class L>
+static void scores_st(const L& ld, const float* qs, int rows, int d, const StoredRows& k, int n, float* s, int s_stride) {
+  int r = 0;
+  for (; r + 4 <= rows; r += 4) scores_st_rows<4>(ld, qs + r * d, d, k, n, s + r * s_stride, s_stride, r == 0);
+  const bool first = r == 0;
+  switch (rows - r) {
+    case 0: break;
+    case 1: scores_st_rows<1>(ld, qs + r * d, d, k, n, s + r * s_stride, s_stride, first); break;
+    case 2: scores_st_rows<2>(ld, qs + r * d, d, k, n, s + r * s_stride, s_stride, first); break;
+    default: scores_st_rows<3>(ld, qs + r * d, d, k, n, s + r * s_stride, s_stride, first); break;
+  }
+}
+
+static void scores_direct_st(const float* qs, int rows, int d, const StoredRows& k, int n, float* s, int s_stride) {
+  switch (k.dtype) {
+    case DType::f16: scores_st(LoadF16{}, qs, rows, d, k, n, s, s_stride); return;
+    case DType::bf16: scores_st(LoadBF16{}, qs, rows, d, k, n, s, s_stride); return;
+    default:
+      if (k.sdt == DType::f16)
+        scores_st(LoadI8<true>{k.group}, qs, rows, d, k, n, s, s_stride);
+      else
+        scores_st(LoadI8<false>{k.group}, qs, rows, d, k, n, s, s_stride);
+      return;
+  }
+}
+
+// Rows [0, M) of P against every key, columns [c0, c0 + NV_*W) of V and acc.
+template <int M, int NV_, class L>
+static inline void pv_st_block(const L& ld, const float* p, int p_stride, const StoredRows& v, int n, int c0,
+                               float* acc, int acc_stride, const float* alpha, bool prefetch) {
+  Vec a[M][NV_];
+#pragma GCC unroll 8
+  for (int m = 0; m < M; ++m) {
+    const Vec sc = vset(alpha ? alpha[m] : 1.0f);
+#pragma GCC unroll 4
+    for (int x = 0; x < NV_; ++x) a[m][x] = vmul(vload(acc + m * acc_stride + c0 + x * W), sc);
+  }
+  for (int j = 0; j < n; ++j) {
+    if (prefetch) prefetch_row(v, j);
+    const void *r = v.rows[j], *sr = scale_row(v, j);
+    Vec b[NV_];
+#pragma GCC unroll 4
+    for (int x = 0; x < NV_; ++x) b[x] = ld.vec(r, sr, c0 + x * W);
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m) {
+      const Vec pm = vset(p[m * p_stride + j]);
+#pragma GCC unroll 4
+      for (int x = 0; x < NV_; ++x) a[m][x] = vfma(pm, b[x], a[m][x]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int m = 0; m < M; ++m)
+#pragma GCC unroll 4
+    for (int x = 0; x < NV_; ++x) vstore(acc + m * acc_stride + c0 + x * W, a[m][x]);
+}
+
+template <int M, class L>
+static void pv_st_rows(const L& ld, const float* p, int p_stride, const StoredRows& v, int n, int dv, float* acc,
+                       int acc_stride, const float* alpha, bool prefetch) {
+  int c = 0;
+  // One or two rows (MHA decode): wider column blocks, so each V row is
+  // streamed in as few sweeps as the registers allow (a whole row of 128
+  // floats with AVX-512).
+  constexpr int kWide = M <= 2 ? (W >= 16 ? 8 : 4) : NV;
+  for (; c + kWide * W <= dv; c += kWide * W) {
+    pv_st_block<M, kWide>(ld, p, p_stride, v, n, c, acc, acc_stride, alpha, prefetch);
+    prefetch = false;  // each row once
+  }
+  for (; c + NV * W <= dv; c += NV * W) {
+    pv_st_block<M, NV>(ld, p, p_stride, v, n, c, acc, acc_stride, alpha, prefetch);
+    prefetch = false;
+  }
+  for (; c + W <= dv; c += W) {
+    pv_st_block<M, 1>(ld, p, p_stride, v, n, c, acc, acc_stride, alpha, prefetch);
+    prefetch = false;
+  }
+  // Columns past the last whole vector, one by one.
+  for (int m = 0; m < M; ++m)
+    for (int cc = c; cc < dv; ++cc) {
+      float x = acc[m * acc_stride + cc] * (alpha ? alpha[m] : 1.0f);
+      for (int j = 0; j < n; ++j) x += p[m * p_stride + j] * ld.one(v.rows[j], scale_row(v, j), cc);
+      acc[m * acc_stride + cc] = x;
+    }
+}
+
+template <class L>
+static void pv_st(const L& ld, const float* p, int rows, int n, int p_stride, const StoredRows& v, int dv, float* acc,
+                  int acc_stride, const float* alpha) {
+  int r = 0;
+  for (; r + 4 <= rows; r += 4)
+    pv_st_rows<4>(ld, p + r * p_stride, p_stride, v, n, dv, acc + r * acc_stride, acc_stride, alpha + r, r == 0);
+  const float* pr = p + r * p_stride;
+  float* ar = acc + r * acc_stride;
+  const bool first = r == 0;
+  switch (rows - r) {
+    case 0: break;
+    case 1: pv_st_rows<1>(ld, pr, p_stride, v, n, dv, ar, acc_stride, alpha + r, first); break;
+    case 2: pv_st_rows<2>(ld, pr, p_stride, v, n, dv, ar, acc_stride, alpha + r, first); break;
+    default: pv_st_rows<3>(ld, pr, p_stride, v, n, dv, ar, acc_stride, alpha + r, first); break;
+  }
+}
+
+static void pv_direct_st(const float* p, int rows, int n, int p_stride, const StoredRows& v, int dv, float* acc,
+                         int acc_stride, const float* alpha) {
+  switch (v.dtype) {
+    case DType::f16: pv_st(LoadF16{}, p, rows, n, p_stride, v, dv, acc, acc_stride, alpha); return;
+    case DType::bf16: pv_st(LoadBF16{}, p, rows, n, p_stride, v, dv, acc, acc_stride, alpha); return;
+    default:
+      if (v.sdt == DType::f16)
+        pv_st(LoadI8<true>{v.group}, p, rows, n, p_stride, v, dv, acc, acc_stride, alpha);
+      else
+        pv_st(LoadI8<false>{v.group}, p, rows, n, p_stride, v, dv, acc, acc_stride, alpha);
+      return;
+  }
+}
