@@ -291,9 +291,17 @@ TEST_F(cli_storage, bad_values_are_usage_errors_naming_the_flag) {
     EXPECT_THAT(r.err, HasSubstr("sdpa run: " + c[0] + ": expected")) << c[1];
     EXPECT_FALSE(fs::exists(path("o.npy"))) << c[0] << " " << c[1];
   }
+  // int8 files: the library needs scales with them, which sdpa run does not take.
+  const std::vector<std::int8_t> ones(static_cast<std::size_t>(product(kKShape)), 1);
+  sdpa::io::write_npy(path("k8.npy"), DType::i8, kKShape, ones.data());
+  Result r = cli({"run", "--q", path("q.npy"), "--k", path("k8.npy"), "--v", path("v.npy"), "--out", path("o.npy")});
+  EXPECT_EQ(r.code, 2) << describe(r);
+  EXPECT_THAT(r.err, HasSubstr("--k " + path("k8.npy") + ": expected float16, float32 or float64"));
+  EXPECT_FALSE(fs::exists(path("o.npy")));
+
   // bfloat16 is refused for what it is.
-  Result r = cli({"run", "--q", path("q.npy"), "--k", path("k.npy"), "--v", path("v.npy"), "--out", path("o.npy"),
-                  "--out-dtype", "bf16"});
+  r = cli({"run", "--q", path("q.npy"), "--k", path("k.npy"), "--v", path("v.npy"), "--out", path("o.npy"),
+           "--out-dtype", "bf16"});
   EXPECT_THAT(r.err, HasSubstr(".npy has no bfloat16"));
 
   const std::vector<std::vector<std::string>> decode_cases = {

@@ -149,6 +149,11 @@ const void* convert_input(Input& in, DType dtype) {
 // dtypes are handed over as they are, for the library to name.
 std::pair<const void*, DType> stored_input(Input& in, std::optional<DType> storage, bool reference) {
   const DType file = in.array.dtype;
+  // The library reads int8 K/V only with their scales, which no flag here supplies.
+  if (file == DType::i8)
+    throw UsageError(fmt::format("{}: expected float16, float32 or float64 (sdpa run takes no int8 scales), got "
+                                 "int8 {}",
+                                 in.name.who(), join_dims(in.array.shape)));
   DType want = file;
   if (is_float(file)) {
     if (storage) {
