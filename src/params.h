@@ -26,6 +26,10 @@ struct Operand {
   T* at(std::int64_t b, std::int64_t h, std::int64_t n) const {
     return static_cast<T*>(data) + b * stride_b + h * stride_h + n * stride_n;
   }
+  // The same row's address whatever the dtype (element strides times its size).
+  void* addr(std::int64_t b, std::int64_t h, std::int64_t n) const {
+    return static_cast<char*>(data) + (b * stride_b + h * stride_h + n * stride_n) * static_cast<std::int64_t>(dtype_size(dtype));
+  }
 };
 
 // An optional broadcast operand read through strides (0 on broadcast axes).
@@ -51,7 +55,14 @@ struct Params {
   // 4-D operands, strides (b, h, n). Packed: Q, O, K, V have stride_b 0 and n is
   // the packed row. Paged: K and V have stride_b = the page stride, stride_h the
   // head stride and stride_n the row-in-page stride.
+  // Q, K, V, O: float32, float16 or bfloat16 each (float64 too for the oracle);
+  // K and V may be int8, with their scales in k_scale / v_scale.
   Operand q, k, v, o;   // Q [B,H,Nq,d], K [B,Hkv,Nkv,d], V [B,Hkv,Nkv,dv], O [B,H,Nq,dv]
+  // int8 K (V): float32/float16 scales in K's (V's) layout, stride for stride
+  // (paged: stride_b the page stride), one per k_group (v_group) values of a row.
+  Operand k_scale, v_scale;
+  std::int64_t k_group = 0, v_group = 0;
+  bool round_p = false;  // Options::round_p, with float16/bfloat16 V
   Operand lse;          // [B,H,Nq] (stride_n is the stride along Nq), or data == nullptr
   Operand probs;        // [B,H,Nq,Nkv], or data == nullptr
 
@@ -134,6 +145,17 @@ struct Params {
     const std::int64_t page = read_int(page_table, b, j / page_size);
     return t.at<T>(page, hk, j % page_size);
   }
+  // The same row whatever the operand's dtype.
+  const void* kv_addr(const Operand& t, std::int64_t b, std::int64_t hk, std::int64_t j) const {
+    if (!paged()) return t.addr(b, hk, packed() ? cu_k[b] + j : j);
+    return t.addr(read_int(page_table, b, j / page_size), hk, j % page_size);
+  }
+  // The int8 scales that go with K or V (t is p.k or p.v), or nullptr.
+  const Operand* scales_of(const Operand& t) const {
+    if (t.dtype != DType::i8) return nullptr;
+    return &t == &k ? &k_scale : &v_scale;
+  }
+  std::int64_t group_of(const Operand& t) const { return &t == &k ? k_group : v_group; }
   // Whether key rows [j, j + n) are evenly strided (one page, or not paged).
   bool kv_rows_strided(std::int64_t j, std::int64_t n) const {
     return !paged() || n <= 0 || j / page_size == (j + n - 1) / page_size;

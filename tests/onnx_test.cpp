@@ -121,6 +121,12 @@ struct Array {
         std::memcpy(p, &v, es);
         break;
       }
+      case DType::i8: {
+        const auto v = static_cast<std::int8_t>(x);
+        values[i] = v;
+        std::memcpy(p, &v, es);
+        break;
+      }
     }
   }
 };

@@ -405,7 +405,7 @@ TEST(ServingErrors, rejected_cache_calls_name_their_argument_and_write_nothing) 
   EXPECT_THAT(kvcache(knv, knv, padded), ::testing::StartsWith("key_lengths: expected unset with a KV cache"));
   std::vector<double> k64(kn.begin(), kn.end());
   EXPECT_THAT(kvcache(TensorView::contiguous(k64.data(), {b, h_kv, 1, d}), knv, {}),
-              ::testing::StartsWith("k_new: expected float32 [B=2, Hkv=1, n_new, 4], got float64"));
+              ::testing::StartsWith("k_new: expected float32, float16 or bfloat16 [B=2, Hkv=1, n_new, 4], got float64"));
   // New keys read from the cache they are appended to.
   EXPECT_EQ(kvcache(TensorView::contiguous(cache.k.data() + 4 * d, {b, h_kv, 1, d}), knv, {}),
             "k_cache: expected memory disjoint from input k_new, got overlapping views");

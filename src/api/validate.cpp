@@ -22,7 +22,9 @@
 #include <vector>
 
 #include "cpu/dispatch.h"
+#include "half.h"
 #include "params.h"
+#include "quantize.h"
 #include "sdpa/error.h"
 
 namespace sdpa {
@@ -99,9 +101,25 @@ void check_view(const TensorView& t, const std::string& name, int rank, const ch
 
 bool float_ok(DType t, Path path) { return t == DType::f32 || (path == Path::reference && t == DType::f64); }
 
+// lse, probs, scores, dsinks: float32 (float64 too for the oracle).
 void check_dtype(const TensorView& t, const std::string& name, Path path) {
   if (!float_ok(t.dtype, path))
     throw Error(name, path == Path::fast ? "float32" : "float32 or float64", dtype_name(t.dtype));
+}
+
+// Q, K, V, O (and the backward's d_o and gradients): stored in float32,
+// float16 or bfloat16 (float64 too for the oracle); K and V also int8 (`kv`).
+bool storage_ok(DType t, Path path, bool kv = false) {
+  return t == DType::f32 || t == DType::f16 || t == DType::bf16 || (path == Path::reference && t == DType::f64) ||
+         (kv && t == DType::i8);
+}
+
+void check_storage(const TensorView& t, const std::string& name, Path path, bool kv = false) {
+  if (!storage_ok(t.dtype, path, kv)) {
+    std::string want = path == Path::fast ? "float32, float16 or bfloat16" : "float32, float64, float16 or bfloat16";
+    if (kv) want += " (or int8 with scales)";
+    throw Error(name, want, dtype_name(t.dtype));
+  }
 }
 
 // what: "batch B (from q)" -> message "expected batch B=2 (from q), got 1 in [1, 4, 5, 8]".
@@ -304,10 +322,14 @@ void check_cache(const Call& c, Layout& l, std::int64_t h_kv, std::int64_t d, st
                 "to be given together with " + std::string(k_new.is_set() ? "k_new" : "v_new"), "only one of them");
   if (k_new.is_set()) {
     for (auto [t, name, x, dt] : {std::tuple{&k_new, "k_new", d, k_dtype}, std::tuple{&v_new, "v_new", dv, v_dtype}}) {
-      const DType want = float_ok(dt, c.path) ? dt : DType::f32;  // a bad cache dtype is reported on the cache
-      if (t->rank != 4 || t->shape[0] != b || t->shape[1] != h_kv || t->shape[2] < 0 || t->shape[3] != x ||
-          t->dtype != want)
-        throw Error(name, std::string(dtype_name(want)) + " [B=" + str(b) + ", Hkv=" + str(h_kv) + ", n_new, " + str(x) + "]",
+      // Any float dtype the path reads: appending converts (or quantises,
+      // into an int8 cache) to the cache's dtype. A float64 cache (the
+      // oracle's) takes float64 or float32, which convert exactly.
+      const bool ok = dt == DType::f64 ? (t->dtype == DType::f64 || t->dtype == DType::f32) : storage_ok(t->dtype, c.path) && t->dtype != DType::f64;
+      if (t->rank != 4 || t->shape[0] != b || t->shape[1] != h_kv || t->shape[2] < 0 || t->shape[3] != x || !ok)
+        throw Error(name,
+                    std::string(dt == DType::f64 ? "float64 or float32" : "float32, float16 or bfloat16") + " [B=" + str(b) +
+                        ", Hkv=" + str(h_kv) + ", n_new, " + str(x) + "]",
                     std::string(dtype_name(t->dtype)) + " " + t->shape_string());
       if (t->shape[3] > 1 && t->stride[3] != 1) throw Error(name, "a contiguous last axis", "stride " + str(t->stride[3]));
       if (t->numel() > 0 && !t->data) throw Error(name, "non-null data", "nullptr");
@@ -460,10 +482,10 @@ void check_operands(Params& p, const Layout& l, Path path) {
   check_view(l.k, kn, 4, "[B, Hkv, Nkv, d]");
   check_view(l.v, vn, 4, "[B, Hkv, Nkv, dv]");
   check_view(l.o, "o", 4, "[B, H, Nq, dv]");
-  check_dtype(l.q, "q", path);
-  check_dtype(l.k, kn, path);
-  check_dtype(l.v, vn, path);
-  check_dtype(l.o, "o", path);
+  check_storage(l.q, "q", path);
+  check_storage(l.k, kn, path, true);
+  check_storage(l.v, vn, path, true);
+  check_storage(l.o, "o", path);
 
   const std::int64_t b = l.q.shape[0], h = l.q.shape[1], d = l.q.shape[3], h_kv = l.k.shape[1], dv = l.v.shape[3];
   if (d < 1) throw Error("q", "head size d >= 1", str(d) + " in " + dims(l.q));
@@ -559,6 +581,8 @@ Operand extra_output(const TensorView& t, const char* name, bool matrix, const P
 void check_backward(Params& p, const Layout& l, const Call& c) {
   if (c.storage != KvStorage::dense && c.storage != KvStorage::packed)
     throw Error("k", "dense or packed K/V for the backward", "a KV cache");
+  for (auto [t, name] : {std::pair{&c.k, "k"}, std::pair{&c.v, "v"}})
+    if (t->dtype == DType::i8) throw Error(name, "float32, float16 or bfloat16 for the backward", "int8");
   if (!l.lse.is_set())
     throw Error("lse", "the forward's lse " + std::string(c.storage == KvStorage::packed ? "[H, total_q]" : "[B, H, Nq]"),
                 "an unset view");
@@ -575,7 +599,7 @@ void check_backward(Params& p, const Layout& l, const Call& c) {
         throw Error(name, std::string("the shape of ") + as_name + " " + dims(as), dims(t));
     const TensorView v = packed ? packed_as_4d(t, name, axes) : t;
     check_view(v, name, 4, axes);
-    check_dtype(v, name, c.path);
+    check_storage(v, name, c.path);
     return operand(v);
   };
   p.grad_o = like(c.d_o, "d_o", c.o, "o");
@@ -595,6 +619,40 @@ void check_backward(Params& p, const Layout& l, const Call& c) {
     p.grad_sinks.stride_h = t.stride[0];
   }
   p.backward = true;
+}
+
+// int8 K or V: its scales (Options::k_scales / v_scales) in the caller's
+// layout of K (V), with the last axis width / G; presented like K (V) itself.
+// Returns the scales' operand (stride_b the page stride when paged) and G.
+std::pair<Operand, std::int64_t> check_scales(const Call& c, const TensorView& kv, const TensorView& sc,
+                                              const std::string& kv_name, const char* name, std::int64_t width) {
+  if (kv.dtype != DType::i8) {
+    if (sc.is_set()) throw Error(name, std::string("unset unless ") + kv_name + " is int8", "a view");
+    return {Operand{}, 0};
+  }
+  if (!sc.is_set()) throw Error(name, std::string("scales for the int8 ") + kv_name, "an unset view");
+  if (sc.dtype != DType::f32 && sc.dtype != DType::f16) throw Error(name, "float32 or float16", dtype_name(sc.dtype));
+  const int last = kv.rank - 1;
+  bool same = sc.rank == kv.rank;
+  for (int a = 0; a < last && same; ++a) same = sc.shape[a] == kv.shape[a];
+  const std::int64_t ng = same ? sc.shape[last] : -1;
+  if (!same || ng < 1 || width % ng != 0)
+    throw Error(name, "the shape of " + kv_name + " " + dims(kv) + " with a last axis dividing " + str(width) +
+                          " (groups of width / G values)",
+                dims(sc));
+  check_view(sc, name, sc.rank, ("(as " + kv_name + ")").c_str());
+  TensorView v = sc;
+  std::int64_t stride_b = sc.stride[0];
+  if (c.storage == KvStorage::packed) {
+    v = packed_as_4d(sc, name, "[total_k, Hkv, d / G]");
+    stride_b = 0;
+  } else if (c.storage == KvStorage::paged) {
+    v.shape = {sc.shape[0], sc.shape[2], sc.shape[1], sc.shape[3]};
+    v.stride = {sc.stride[0], sc.stride[2], sc.stride[1], sc.stride[3]};
+  }
+  Operand op = operand(v);
+  op.stride_b = stride_b;
+  return {op, width / ng};
 }
 
 // One overlap check for the whole call, in the caller's own views: outputs
@@ -617,7 +675,9 @@ void check_overlaps(const Call& c, const Layout& l) {
     outputs = {{&c.o, "o"}, {&opt.lse, "lse"}, {&opt.probs, "probs"}, {&opt.scores, "scores"},
                {&opt.dropout_mask, "dropout_mask"}};
   }
-  for (const Named& kv : {Named{&c.k, l.k_name}, Named{&c.v, l.v_name}}) (append ? outputs : inputs).push_back(kv);
+  for (const Named& kv : {Named{&c.k, l.k_name}, Named{&c.v, l.v_name}, Named{&opt.k_scales, "k_scales"},
+                          Named{&opt.v_scales, "v_scales"}})
+    (append ? outputs : inputs).push_back(kv);
   for (const Named& in : {Named{&c.k_new, "k_new"}, Named{&c.v_new, "v_new"}, Named{&opt.mask, "mask"},
                           Named{&opt.alibi_slopes, "alibi_slopes"}, Named{&opt.sinks, "sinks"},
                           Named{&opt.position_offsets, "position_offsets"}, Named{&opt.key_lengths, "key_lengths"},
@@ -640,6 +700,7 @@ void check_overlaps(const Call& c, const Layout& l) {
       // K and V caches may share one interleaved buffer ([..., 2, Hkv, d]): their
       // byte ranges overlap without any element doing so.
       if (other->t == &c.k && out.t == &c.v) continue;
+      if (other->t == &opt.k_scales && out.t == &opt.v_scales) continue;
       if (overlap(r, out_r)) throw Error(out.name, "memory disjoint from output " + other->name, "overlapping views");
     }
     out_ranges.emplace_back(r, &out);
@@ -664,6 +725,9 @@ Params make_params(const Call& c) {
   p.storage = c.storage;
   check_scalars(p, opt);
   check_modifiers(p, l, opt, c.path);
+  std::tie(p.k_scale, p.k_group) = check_scales(c, c.k, opt.k_scales, l.k_name, "k_scales", p.d);
+  std::tie(p.v_scale, p.v_group) = check_scales(c, c.v, opt.v_scales, l.v_name, "v_scales", p.dv);
+  p.round_p = opt.round_p && (l.v.dtype == DType::f16 || l.v.dtype == DType::bf16);
 
   if (opt.threads < 0 || opt.threads > 1024)
     throw Error("threads", "0 (all hardware threads) or 1..1024", str(opt.threads));
@@ -701,17 +765,27 @@ Params make_params(const Call& c) {
 void append_kv(const Params& p, const Call& c) {
   if (!c.k_new.is_set()) return;
   const std::int64_t n_new = c.k_new.shape[2];
+  std::vector<float> row;
   for (auto [src, dst, x] : {std::tuple{&c.k_new, &p.k, p.d}, std::tuple{&c.v_new, &p.v, p.dv}}) {
-    const std::size_t es = dtype_size(src->dtype), row_bytes = static_cast<std::size_t>(x) * es;
+    const std::size_t es = dtype_size(src->dtype);
+    const Operand* scales = p.scales_of(*dst);
+    row.resize(static_cast<std::size_t>(x));
     for (std::int64_t b = 0; b < p.b; ++b)
       for (std::int64_t hk = 0; hk < p.h_kv; ++hk)
         for (std::int64_t j = 0; j < n_new; ++j) {
           const char* from = static_cast<const char*>(src->data) +
                              (b * src->stride[0] + hk * src->stride[1] + j * src->stride[2]) * static_cast<std::int64_t>(es);
           const std::int64_t pos = p.key_lengths[b] - n_new + j;
-          void* to = dst->dtype == DType::f64 ? static_cast<void*>(p.kv_row<double>(*dst, b, hk, pos))
-                                              : static_cast<void*>(p.kv_row<float>(*dst, b, hk, pos));
-          std::memcpy(to, from, row_bytes);
+          void* to = const_cast<void*>(p.kv_addr(*dst, b, hk, pos));
+          if (src->dtype == dst->dtype) {
+            std::memcpy(to, from, static_cast<std::size_t>(x) * es);
+          } else if (scales) {
+            for (std::int64_t e = 0; e < x; ++e) row[e] = static_cast<float>(load_element(from, src->dtype, e));
+            quantize_row_i8(row.data(), x, p.group_of(*dst), static_cast<std::int8_t*>(to),
+                            const_cast<void*>(p.kv_addr(*scales, b, hk, pos)), scales->dtype, 1);
+          } else {
+            for (std::int64_t e = 0; e < x; ++e) store_float(to, dst->dtype, e, load_element(from, src->dtype, e));
+          }
         }
   }
 }

@@ -124,19 +124,24 @@ class Backward : TileOps {
     double dsink = 0;
     for (std::int64_t i = 0; i < p_.nq(b); ++i) {
       const std::int64_t row = p_.q_row(b, i);
-      const float* o = p_.o.at<const float>(b, h, row);
-      const float* go = p_.grad_o.at<const float>(b, h, row);
+      const std::int64_t at = row_of(b, h, i);
+      float* qs = qs_.get() + at * d_pad_;
+      float* dos = dos_.get() + at * dv_pad_;
+      // O, dO and Q as float32 (converted from 16 bits where stored so): dO
+      // straight into its packed row, O into this thread's row.
+      thread_local std::vector<float> o_row;
+      o_row.resize(static_cast<std::size_t>(p_.dv));
+      load_row(p_.o, b, h, row, p_.dv, o_row.data());
+      load_row(p_.grad_o, b, h, row, p_.dv, dos);
+      load_row(p_.q, b, h, row, p_.d, qs);
+      const float* o = o_row.data();
+      const float* go = dos;
       double dot = 0;
       for (std::int64_t c = 0; c < p_.dv; ++c) dot += static_cast<double>(o[c]) * go[c];
       const float lse = *p_.lse.at<const float>(b, h, row);
-      const std::int64_t at = row_of(b, h, i);
-      const float* q = p_.q.at<const float>(b, h, row);
-      float* qs = qs_.get() + at * d_pad_;
-      float* dos = dos_.get() + at * dv_pad_;
       const float scale = static_cast<float>(p_.scale);
-      for (std::int64_t c = 0; c < p_.d; ++c) qs[c] = q[c] * scale;
+      for (std::int64_t c = 0; c < p_.d; ++c) qs[c] *= scale;
       for (std::int64_t c = p_.d; c < d_pad_; ++c) qs[c] = 0.0f;
-      for (std::int64_t c = 0; c < p_.dv; ++c) dos[c] = go[c];
       for (std::int64_t c = p_.dv; c < dv_pad_; ++c) dos[c] = 0.0f;
       stat_d_[at] = static_cast<float>(dot);
       stat_l_[at] = lse == kNegInf ? std::numeric_limits<float>::infinity() : lse;
@@ -222,10 +227,10 @@ class Backward : TileOps {
         }
       }
       for (int j = 0; j < n; ++j) {
-        float* gk = p_.kv_row<float>(p_.grad_k, b, hk, t0 + j);
-        float* gv = p_.kv_row<float>(p_.grad_v, b, hk, t0 + j);
-        std::memcpy(gk, dk + static_cast<std::int64_t>(j) * d_pad_, static_cast<std::size_t>(d) * sizeof(float));
-        std::memcpy(gv, dv + static_cast<std::int64_t>(j) * dv_pad_, static_cast<std::size_t>(dvn) * sizeof(float));
+        store_row(p_.grad_k, const_cast<void*>(p_.kv_addr(p_.grad_k, b, hk, t0 + j)), d,
+                  dk + static_cast<std::int64_t>(j) * d_pad_);
+        store_row(p_.grad_v, const_cast<void*>(p_.kv_addr(p_.grad_v, b, hk, t0 + j)), dvn,
+                  dv + static_cast<std::int64_t>(j) * dv_pad_);
       }
     }
   }
@@ -237,7 +242,9 @@ class Backward : TileOps {
     const float scale = static_cast<float>(p_.scale);
     for (std::int64_t r = 0; r < rows; ++r) {
       const std::int64_t i = r / p_.group, h = hk * p_.group + r % p_.group;
-      float* out = p_.grad_q.at<float>(b, h, p_.q_row(b, i));
+      thread_local std::vector<float> sum;
+      sum.resize(static_cast<std::size_t>(p_.d));
+      float* out = sum.data();
       const float* first = accumulator(0, b, hk) + r * d_pad_;
       for (std::int64_t c = 0; c < p_.d; ++c) out[c] = first[c];
       for (std::int64_t s = 1; s < slices_; ++s) {
@@ -245,6 +252,7 @@ class Backward : TileOps {
         for (std::int64_t c = 0; c < p_.d; ++c) out[c] += part[c];
       }
       for (std::int64_t c = 0; c < p_.d; ++c) out[c] *= scale;
+      store_row(p_.grad_q, p_.grad_q.addr(b, h, p_.q_row(b, i)), p_.d, out);
     }
   }
 
@@ -265,9 +273,15 @@ class Backward : TileOps {
         for (std::int64_t h = 0; h < heads; ++h) {
           const std::int64_t n = keys ? p_.nkv(b) : p_.nq(b);
           for (std::int64_t j = 0; j < n; ++j) {
-            const float* row = keys ? p_.kv_row<const float>(t, b, h, j) : t.at<const float>(b, h, p_.q_row(b, j));
+            const void* row = keys ? p_.kv_addr(t, b, h, j) : t.addr(b, h, p_.q_row(b, j));
+            if (t.dtype != DType::f32) {  // 16-bit: a value past the type's range is ±inf
+              for (std::int64_t c = 0; c < width; ++c)
+                if (!std::isfinite(load_element(row, t.dtype, c))) return false;
+              continue;
+            }
+            const float* f = static_cast<const float*>(row);
             float acc = 0;
-            for (std::int64_t c = 0; c < width; ++c) acc += row[c] * 0.0f;  // NaN iff some element is not finite
+            for (std::int64_t c = 0; c < width; ++c) acc += f[c] * 0.0f;  // NaN iff some element is not finite
             if (acc != 0.0f) return false;
           }
         }

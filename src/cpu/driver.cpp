@@ -323,11 +323,18 @@ class Runner : TileOps {
   void finish_row(const Block& bl, int rr, double m, double l, bool seen, Acc acc) {
     const std::int64_t i = query(bl, rr), h = head(bl, rr);
     Final f = with_sink(bl, rr, m, l);
-    float* o = p_.o.at<float>(bl.b, h, p_.q_row(bl.b, i));
+    void* o = p_.o.addr(bl.b, h, p_.q_row(bl.b, i));
     if (seen && f.m == -std::numeric_limits<double>::infinity()) f = {std::nan(""), std::nan(""), 1.0};
     const bool empty = f.m == -std::numeric_limits<double>::infinity();  // nothing visible (NaN is not empty)
     const double inv = empty ? 0.0 : f.acc_scale / f.l;
-    for (std::int64_t c = 0; c < p_.dv; ++c) o[c] = empty ? 0.0f : static_cast<float>(acc(c) * inv);
+    if (p_.o.dtype == DType::f32) {
+      float* of = static_cast<float*>(o);
+      for (std::int64_t c = 0; c < p_.dv; ++c) of[c] = empty ? 0.0f : static_cast<float>(acc(c) * inv);
+    } else {
+      // 16-bit O: rounded from the float32 result, as a float32 computation
+      // stored to 16 bits would be.
+      for (std::int64_t c = 0; c < p_.dv; ++c) store_float(o, p_.o.dtype, c, empty ? 0.0f : static_cast<float>(acc(c) * inv));
+    }
     if (p_.lse.data) *p_.lse.at<float>(bl.b, h, p_.q_row(bl.b, i)) = empty ? kNegInf : static_cast<float>(f.m + std::log(f.l));
   }
 
@@ -340,15 +347,16 @@ class Runner : TileOps {
     if (n <= 0) return;
     for (const Operand* t : {&p_.k, &p_.v}) {
       if (only && t != only) continue;
-      const std::int64_t row_bytes = (t == &p_.k ? p_.d : p_.dv) * static_cast<std::int64_t>(sizeof(float));
-      if (p_.kv_rows_strided(t0, n) && t->stride_n * static_cast<std::int64_t>(sizeof(float)) == row_bytes) {
+      const std::int64_t es = static_cast<std::int64_t>(dtype_size(t->dtype));
+      const std::int64_t row_bytes = (t == &p_.k ? p_.d : p_.dv) * es;
+      if (p_.kv_rows_strided(t0, n) && t->stride_n * es == row_bytes) {
         // The tile is one contiguous run of bytes.
-        const char* base = reinterpret_cast<const char*>(p_.kv_row<const float>(*t, bl.b, bl.hk, t0));
+        const char* base = static_cast<const char*>(p_.kv_addr(*t, bl.b, bl.hk, t0));
         for (std::int64_t off = 0; off < n * row_bytes; off += 64) __builtin_prefetch(base + off, 0, 3);
         continue;
       }
       for (std::int64_t j = 0; j < n; ++j) {
-        const char* row = reinterpret_cast<const char*>(p_.kv_row<const float>(*t, bl.b, bl.hk, t0 + j));
+        const char* row = static_cast<const char*>(p_.kv_addr(*t, bl.b, bl.hk, t0 + j));
         for (std::int64_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(row + off, 0, 3);
       }
     }
@@ -372,7 +380,9 @@ class Runner : TileOps {
   };
   ExactScore exact_score(const Block& bl, int rr, const float* q, std::int64_t t) const {
     const std::int64_t i = query(bl, rr), h = head(bl, rr);
-    const float* k = p_.kv_row<const float>(p_.k, bl.b, bl.hk, t);
+    thread_local std::vector<float> k_tmp;
+    k_tmp.resize(static_cast<std::size_t>(p_.d));
+    const float* k = kv_row_f32(p_.k, bl.b, bl.hk, t, k_tmp.data());
     double dot = 0;
     for (std::int64_t c = 0; c < p_.d; ++c) dot += static_cast<double>(q[c]) * k[c];
     ExactScore e;
@@ -392,6 +402,17 @@ class Runner : TileOps {
     return e;
   }
 
+  // Options::round_p: P rounded to V's 16-bit type before P·V (l has summed
+  // the unrounded values, as FlashAttention's does).
+  void round_p_tile(float* s, int rows, int bc_pad) const {
+    const std::int64_t n = static_cast<std::int64_t>(rows) * bc_pad;
+    if (p_.v.dtype == DType::bf16) {
+      for (std::int64_t e = 0; e < n; ++e) s[e] = bf16_to_float(float_to_bf16(s[e]));
+    } else {
+      for (std::int64_t e = 0; e < n; ++e) s[e] = half_to_float(float_to_half(s[e]));
+    }
+  }
+
   // Dropout on a tile of unnormalised probabilities (after l has summed them:
   // lse is the softmax's before dropout).
   void drop_tile(const Block& bl, std::int64_t t0, int n, int bc_pad, float* s) const {
@@ -409,9 +430,17 @@ class Runner : TileOps {
     double m, l;
     bool seen;
   };
+  // Query row rr of a block as float32 (unscaled).
+  const float* q_row_f32(const Block& bl, int rr) const {
+    thread_local std::vector<float> q;
+    q.resize(static_cast<std::size_t>(p_.d));
+    load_row(p_.q, bl.b, head(bl, rr), p_.q_row(bl.b, query(bl, rr)), p_.d, q.data());
+    return q.data();
+  }
+
   ExactRow exact_row(const Block& bl, int rr, std::int64_t kb, std::int64_t ke, std::vector<double>& acc) const {
     const std::int64_t i = query(bl, rr), h = head(bl, rr);
-    const float* q = p_.q.at<const float>(bl.b, h, p_.q_row(bl.b, i));
+    const float* q = q_row_f32(bl, rr);
     thread_local std::vector<double> sc;
     sc.assign(static_cast<std::size_t>(std::max<std::int64_t>(ke - kb, 0)), 0.0);
     const double kInfD = std::numeric_limits<double>::infinity();
@@ -435,7 +464,9 @@ class Runner : TileOps {
       double e = std::exp(sc[t - kb] - r.m);
       r.l += e;
       if (p_.dropout) e *= drop.keep(i, t) ? p_.dropout_scale : 0.0;
-      const float* v = p_.kv_row<const float>(p_.v, bl.b, bl.hk, t);
+      thread_local std::vector<float> v_tmp;
+      v_tmp.resize(static_cast<std::size_t>(p_.dv));
+      const float* v = kv_row_f32(p_.v, bl.b, bl.hk, t, v_tmp.data());
       for (std::int64_t c = 0; c < p_.dv; ++c) acc[c] += e * v[c];
     }
     return r;
@@ -467,34 +498,37 @@ class Runner : TileOps {
   void pv_tile(const Block& bl, std::int64_t t0, int n, int bc_pad, const float* s, float* vp, float* acc,
                const float* alpha, const int* row_begin, const int* row_end) {
     const std::int64_t dv_pad = bl.g->pl.dv_pad;
-    auto v_row = [&](int j) { return p_.kv_row<const float>(p_.v, bl.b, bl.hk, t0 + j); };
+    // V's rows as float32: in place, or converted from 16 bits or int8 (then
+    // already zero padded to a multiple of 16 floats).
+    thread_local const float* v_src[kMaxTileKeys];
+    kv_rows(p_.v, bl, t0, n, v_src);
     bool sanitize = false;
     if (p_.mask.data) {
       for (int j = 0; j < n && !sanitize; ++j)
         for (std::int64_t c = 0; c < p_.dv; ++c)
-          if (!std::isfinite(v_row(j)[c])) {
+          if (!std::isfinite(v_src[j][c])) {
             sanitize = true;
             break;
           }
     }
-    // V is read in place unless its rows need padding (dv % W) or sanitising.
+    // V is read as it is unless its float32 rows need padding (dv % W) or sanitising.
     const float** v = tile_rows();
-    if (bl.g->pl.pack_v || sanitize) {
+    if ((bl.g->pl.pack_v && p_.v.dtype == DType::f32) || sanitize) {
       for (int j = 0; j < n; ++j) {
         float* dst = vp + j * dv_pad;
-        const float* src = v_row(j);
+        const float* src = v_src[j];
         for (std::int64_t c = 0; c < p_.dv; ++c) dst[c] = sanitize && !std::isfinite(src[c]) ? 0.0f : src[c];
         for (std::int64_t c = p_.dv; c < dv_pad; ++c) dst[c] = 0.0f;
         v[j] = dst;
       }
     } else {
-      kv_rows(p_.v, bl, t0, n, v);
+      for (int j = 0; j < n; ++j) v[j] = v_src[j];
     }
     ks_.pv(s, bl.nr, n, bc_pad, v, static_cast<int>(dv_pad), acc, alpha, row_begin, row_end);
     if (!sanitize) return;
     for (int j = 0; j < n; ++j)
       for (std::int64_t c = 0; c < p_.dv; ++c) {
-        const float x = v_row(j)[c];
+        const float x = v_src[j][c];
         if (std::isfinite(x)) continue;
         for (int rr = 0; rr < bl.nr; ++rr)
           if (visible(bl, rr, t0 + j)) acc[rr * dv_pad + c] += s[static_cast<std::int64_t>(rr) * bc_pad + j] * x;
@@ -547,8 +581,9 @@ class Runner : TileOps {
     // when q·k alone is not (q·k = 1e39, scale = 1/8).
     const float scale = static_cast<float>(p_.scale);
     for (int rr = 0; rr < bl.nr; ++rr) {
-      const float* src = p_.q.at<const float>(bl.b, head(bl, rr), p_.q_row(bl.b, query(bl, rr)));
-      for (int c = 0; c < d; ++c) qs[rr * d + c] = src[c] * scale;
+      float* row = qs + rr * d;
+      load_row(p_.q, bl.b, head(bl, rr), p_.q_row(bl.b, query(bl, rr)), d, row);
+      for (int c = 0; c < d; ++c) row[c] *= scale;
     }
 
     for (int rr = 0; rr < bl.nr; ++rr) {
@@ -565,6 +600,7 @@ class Runner : TileOps {
       const bool ranged = score_tile(bl, qs, t0, n, bc_pad, kt, s, row_begin, row_end, range);
       ks_.softmax_step(s, bl.nr, bc_pad, m, l, alpha);
       if (p_.dropout) drop_tile(bl, t0, n, bc_pad, s);
+      if (p_.round_p) round_p_tile(s, bl.nr, bc_pad);
       if (bl.nr <= kDirectRows) prefetch_tile(bl, t0 + bc, std::min<std::int64_t>(bc, ke - t0 - bc), &p_.v);
       pv_tile(bl, t0, n, bc_pad, s, vp, acc, alpha, ranged ? row_begin : nullptr, ranged ? row_end : nullptr);
     }
@@ -615,7 +651,7 @@ class Runner : TileOps {
   // row whose O came from exact_row (m and l are its float64 results).
   void exact_matrix_row(const Block& bl, int rr, const ExactRow& x) const {
     const std::int64_t i = query(bl, rr), h = head(bl, rr);
-    const float* q = p_.q.at<const float>(bl.b, h, p_.q_row(bl.b, i));
+    const float* q = q_row_f32(bl, rr);
     const Final f = with_sink(bl, rr, x.m, x.l);
     const bool empty = f.m == -std::numeric_limits<double>::infinity();
     float* probs = p_.probs.data ? p_.probs.at<float>(bl.b, h, i) : nullptr;

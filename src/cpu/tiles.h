@@ -11,7 +11,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
+#include <vector>
 
 #include "cpu/kernels/kernel_set.h"
 #include "half.h"
@@ -98,14 +100,69 @@ class TileOps {
     return static_cast<const float*>(mk.data)[at] != kNegInf;
   }
 
-  // Row pointers of keys [t0, t0 + n) of K or V (contiguous, packed or paged).
+  // Row pointers of keys [t0, t0 + n) of K or V (contiguous, packed or
+  // paged; t is p.k or p.v) as float32: in place when stored in float32,
+  // else converted into this thread's buffer for t, in rows of width rounded
+  // up to 16 floats, zero padded (so they also serve as padded V rows).
   void kv_rows(const Operand& t, const Rows& bl, std::int64_t t0, int n, const float** out) const {
+    if (t.dtype != DType::f32) {
+      const int width = static_cast<int>(&t == &p_.k ? p_.d : p_.dv);
+      const std::int64_t stride = (width + 15) / 16 * 16;
+      float* buf = convert_buffer(&t == &p_.k ? 0 : 1, static_cast<std::size_t>(n * stride));
+      for (int j = 0; j < n; ++j) {
+        float* dst = buf + j * stride;
+        convert_row(t, bl.b, bl.hk, t0 + j, width, dst);
+        for (std::int64_t c = width; c < stride; ++c) dst[c] = 0.0f;
+        out[j] = dst;
+      }
+      return;
+    }
     if (p_.kv_rows_strided(t0, n)) {
       const float* base = p_.kv_row<const float>(t, bl.b, bl.hk, t0);
       for (int j = 0; j < n; ++j) out[j] = base + j * t.stride_n;
     } else {
       for (int j = 0; j < n; ++j) out[j] = p_.kv_row<const float>(t, bl.b, bl.hk, t0 + j);
     }
+  }
+
+  // Key row j of K or V (t is p.k or p.v) as `width` floats into dst.
+  void convert_row(const Operand& t, std::int64_t b, std::int64_t hk, std::int64_t j, int width, float* dst) const {
+    const void* src = p_.kv_addr(t, b, hk, j);
+    if (t.dtype == DType::f32) {
+      std::memcpy(dst, src, static_cast<std::size_t>(width) * sizeof(float));
+    } else if (const Operand* sc = p_.scales_of(t)) {
+      ks_.dequant_i8(static_cast<const std::int8_t*>(src), p_.kv_addr(*sc, b, hk, j), sc->dtype,
+                     static_cast<int>(p_.group_of(t)), width, dst);
+    } else {
+      ks_.to_f32(src, t.dtype, width, dst);
+    }
+  }
+
+  // Key row j of K or V as floats: in place for float32, else converted into
+  // tmp (at least the row's width).
+  const float* kv_row_f32(const Operand& t, std::int64_t b, std::int64_t hk, std::int64_t j, float* tmp) const {
+    if (t.dtype == DType::f32) return p_.kv_row<const float>(t, b, hk, j);
+    convert_row(t, b, hk, j, static_cast<int>(&t == &p_.k ? p_.d : p_.dv), tmp);
+    return tmp;
+  }
+
+  // Row n of a Q-like operand (Q, O, dO: float32, float16 or bfloat16) as
+  // `width` floats into dst.
+  void load_row(const Operand& t, std::int64_t b, std::int64_t h, std::int64_t n, std::int64_t width, float* dst) const {
+    const void* src = t.addr(b, h, n);
+    if (t.dtype == DType::f32)
+      std::memcpy(dst, src, static_cast<std::size_t>(width) * sizeof(float));
+    else
+      ks_.to_f32(src, t.dtype, static_cast<int>(width), dst);
+  }
+
+  // Writes `width` floats as row n of an output (O, dQ, dK, dV) in its dtype.
+  static void store_row(const Operand& t, void* row, std::int64_t width, const float* src) {
+    if (t.dtype == DType::f32) {
+      std::memcpy(row, src, static_cast<std::size_t>(width) * sizeof(float));
+      return;
+    }
+    for (std::int64_t c = 0; c < width; ++c) store_float(row, t.dtype, c, src[c]);
   }
 
   // Masks one score tile (keys [t0, t0 + n), rows of `bl`, padded to bc_pad
@@ -135,6 +192,13 @@ class TileOps {
   }
 
  protected:
+  // Per-thread float32 rows converted from 16-bit or int8 K (which = 0) and V (1).
+  static float* convert_buffer(int which, std::size_t n) {
+    thread_local std::vector<float> bufs[2];
+    if (bufs[which].size() < n) bufs[which].resize(n);
+    return bufs[which].data();
+  }
+
   const Params& p_;
   const KernelSet& ks_;
 };

@@ -297,7 +297,7 @@ class LiteralParser {
 // ---------------------------------------------------------------------------
 // Header interpretation
 
-constexpr const char* kSupportedDescrs = "'<f4', '<f8', '<f2', '|b1', '<i4' or '<i8'";
+constexpr const char* kSupportedDescrs = "'<f4', '<f8', '<f2', '|b1', '|i1', '<i4' or '<i8'";
 
 struct Header {
   DType dtype = DType::f32;
@@ -328,6 +328,7 @@ DType parse_descr(const PyValue& v, const std::string& name) {
     const bool little = order == '<' || order == '=';
     const bool big = order == '>' || order == '!';
     if (type == "b1" && (little || big || order == '|')) return DType::boolean;
+    if (type == "i1" && (little || big || order == '|')) return DType::i8;
     DType t{};
     bool known = true;
     if (type == "f4") t = DType::f32;
@@ -494,10 +495,11 @@ std::string make_header(DType dtype, std::span<const std::int64_t> shape, const 
     case DType::boolean: descr = "|b1"; break;
     case DType::i32: descr = "<i4"; break;
     case DType::i64: descr = "<i8"; break;
+    case DType::i8: descr = "|i1"; break;
     case DType::bf16: break;
   }
   if (descr == nullptr) {
-    throw Error(name, "dtype float32, float64, float16, bool, int32 or int64 (.npy has no bfloat16)",
+    throw Error(name, "dtype float32, float64, float16, bool, int8, int32 or int64 (.npy has no bfloat16)",
                 dtype_name(dtype));
   }
   if (shape.size() > static_cast<std::size_t>(kMaxNpyRank)) {

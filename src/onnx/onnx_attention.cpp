@@ -56,81 +56,15 @@ constexpr const char* kFloatTypes = "float16, bfloat16, float32 or float64";
 // ---------------------------------------------------------------------------
 // Elements
 
-float bf16_to_float(std::uint16_t b) {
-  const std::uint32_t bits = static_cast<std::uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
-// Round to nearest even; NaN stays a (quiet) NaN, overflow gives ±inf.
-std::uint16_t float_to_bf16(float f) {
-  std::uint32_t x;
-  std::memcpy(&x, &f, sizeof x);
-  if ((x & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<std::uint16_t>((x >> 16) | 0x40u);
-  x += 0x7FFFu + ((x >> 16) & 1u);
-  return static_cast<std::uint16_t>(x >> 16);
-}
-
-double load(const std::byte* p, DType t) {
-  switch (t) {
-    case DType::f32: {
-      float f;
-      std::memcpy(&f, p, sizeof f);
-      return f;
-    }
-    case DType::f64: {
-      double d;
-      std::memcpy(&d, p, sizeof d);
-      return d;
-    }
-    case DType::f16:
-    case DType::bf16: {
-      std::uint16_t h;
-      std::memcpy(&h, p, sizeof h);
-      return t == DType::f16 ? half_to_float(h) : bf16_to_float(h);
-    }
-    case DType::boolean: return *reinterpret_cast<const unsigned char*>(p) != 0 ? 1.0 : 0.0;
-    case DType::i32: {
-      std::int32_t i;
-      std::memcpy(&i, p, sizeof i);
-      return i;
-    }
-    case DType::i64: {
-      std::int64_t i;
-      std::memcpy(&i, p, sizeof i);
-      return static_cast<double>(i);
-    }
-  }
-  return 0;
-}
+double load(const std::byte* p, DType t) { return load_element(p, t, 0); }
 
 void store(std::byte* p, DType t, double x) {
   switch (t) {
-    case DType::f32: {
-      const float f = static_cast<float>(x);
-      std::memcpy(p, &f, sizeof f);
-      return;
-    }
-    case DType::f64: std::memcpy(p, &x, sizeof x); return;
-    case DType::f16:
-    case DType::bf16: {
-      const float f = static_cast<float>(x);
-      const std::uint16_t h = t == DType::f16 ? float_to_half(f) : float_to_bf16(f);
-      std::memcpy(p, &h, sizeof h);
-      return;
-    }
     case DType::boolean: *reinterpret_cast<unsigned char*>(p) = x != 0 ? 1 : 0; return;
-    case DType::i32: {
-      const auto i = static_cast<std::int32_t>(x);
-      std::memcpy(p, &i, sizeof i);
-      return;
-    }
-    case DType::i64: {
-      const auto i = static_cast<std::int64_t>(x);
-      std::memcpy(p, &i, sizeof i);
-      return;
-    }
+    case DType::i32: *reinterpret_cast<std::int32_t*>(p) = static_cast<std::int32_t>(x); return;
+    case DType::i64: *reinterpret_cast<std::int64_t*>(p) = static_cast<std::int64_t>(x); return;
+    case DType::i8: *reinterpret_cast<std::int8_t*>(p) = static_cast<std::int8_t>(x); return;
+    default: store_float(p, t, 0, x); return;
   }
 }
 

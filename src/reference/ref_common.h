@@ -23,16 +23,20 @@ namespace sdpa::reference {
 inline constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // Element c of row n of operand t at (b, h), float32 or float64.
+// Any float dtype, read exactly (a 16-bit value is a float32 value).
 inline double load(const Operand& t, std::int64_t b, std::int64_t h, std::int64_t n, std::int64_t c) {
-  if (t.dtype == DType::f64) return t.at<const double>(b, h, n)[c];
-  return t.at<const float>(b, h, n)[c];
+  return load_element(t.data, t.dtype, b * t.stride_b + h * t.stride_h + n * t.stride_n + c);
 }
 
+// float64 outputs get x; the others x rounded to float32 and then, for a
+// 16-bit output, to its type.
 inline void store(const Operand& t, std::int64_t b, std::int64_t h, std::int64_t n, std::int64_t c, double x) {
-  if (t.dtype == DType::f64)
-    t.at<double>(b, h, n)[c] = x;
-  else
-    t.at<float>(b, h, n)[c] = static_cast<float>(x);
+  const std::int64_t at = b * t.stride_b + h * t.stride_h + n * t.stride_n + c;
+  if (t.dtype == DType::f64 || t.dtype == DType::f32) {
+    store_float(t.data, t.dtype, at, x);
+  } else {
+    store_float(t.data, t.dtype, at, static_cast<float>(x));
+  }
 }
 
 // Packed: sequence b is rows cu[b] .. cu[b+1].
@@ -62,8 +66,12 @@ inline double load_kv(const Params& p, const Operand& t, std::int64_t b, std::in
     row = j % p.page_size;
   }
   const std::int64_t at = outer * t.stride_b + hk * t.stride_h + row * t.stride_n + c;
-  if (t.dtype == DType::f64) return static_cast<const double*>(t.data)[at];
-  return static_cast<const float*>(t.data)[at];
+  if (t.dtype != DType::i8) return load_element(t.data, t.dtype, at);
+  // int8: value times its group's scale, the scales addressed like the values.
+  const Operand& s = &t == &p.k ? p.k_scale : p.v_scale;
+  const std::int64_t g = &t == &p.k ? p.k_group : p.v_group;
+  const double scale = load_element(s.data, s.dtype, outer * s.stride_b + hk * s.stride_h + row * s.stride_n + c / g);
+  return load_element(t.data, t.dtype, at) * scale;
 }
 
 // Offset of sequence b: position_offsets[b]; else 0 for top-left; else

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "sdpa/options.h"
+#include "sdpa/tensor_view.h"
 
 namespace sdpa::cpu {
 
@@ -70,6 +71,13 @@ struct KernelSet {
 
   // y[i] = 2^x[i] for x[i] <= 0, the kernels' own exp (exposed for tests).
   void (*exp2)(const float* x, float* y, std::int64_t n);
+
+  // Storage (kernels/convert.inl). dst[0..n) = the n float16 or bfloat16
+  // values at src (dt), exactly.
+  void (*to_f32)(const void* src, DType dt, int n, float* dst);
+  // dst[c] = src[c] * scale[c / group], c < n (n % group == 0), the scales
+  // float32 or float16 (sdt), the product rounded to float32.
+  void (*dequant_i8)(const std::int8_t* src, const void* scales, DType sdt, int group, int n, float* dst);
 };
 
 }  // namespace sdpa::cpu

@@ -510,7 +510,11 @@ static void softcap(float* s, int rows, int bc_pad, float c) {
 // Fills a KernelSet's function pointers with this ISA's kernels (dispatch
 // sets its sizes from kernels.def); pack_kt is left to the ISA file (the
 // generic one, or a faster one of its own).
+#include "cpu/kernels/convert.inl"
+
 static void fill_kernel_set(KernelSet& ks) {
+  ks.to_f32 = convert_to_f32;
+  ks.dequant_i8 = dequant_i8;
   ks.pack_kt = pack_kt_generic;
   ks.scores = scores;
   ks.scores_direct = scores_direct;

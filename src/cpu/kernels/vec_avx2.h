@@ -6,6 +6,9 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstring>
+
+#include "half.h"
 
 #include "cpu/kernels/exp2_coeffs.h"
 

@@ -7,6 +7,9 @@
 #include <cstdint>
 #include <cstring>
 
+#include "half.h"
+#include <cstring>
+
 #include "cpu/kernels/exp2_coeffs.h"
 
 namespace sdpa::cpu::scalar {
