@@ -72,8 +72,8 @@
 #include "output_files.h"
 #include "peer_bench_py.h"
 #include "sdpa/attention.h"
-#include "half.h"
 #include "sdpa/backward.h"
+#include "sdpa/serving.h"
 #include "support/machine.h"
 #if SDPA_HAVE_BLAS_BASELINE
 #include "support/blas_baseline.h"
@@ -269,36 +269,23 @@ Inputs draw(const Shape& s) {
   return in;
 }
 
-// float32 to bfloat16, round to nearest even (NaN stays NaN).
-std::uint16_t float_to_bf16(float f) {
-  std::uint32_t x;
-  std::memcpy(&x, &f, sizeof x);
-  if ((x & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<std::uint16_t>((x >> 16) | 0x40u);
-  return static_cast<std::uint16_t>((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16);
-}
-
-std::vector<std::uint16_t> to_16bit(const std::vector<float>& x, Storage st) {
+// x converted to float16 or bfloat16 by the library (round to nearest even).
+std::vector<std::uint16_t> to_16bit(const std::vector<float>& x, DType t) {
   std::vector<std::uint16_t> out(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) out[i] = st == Storage::bf16 ? float_to_bf16(x[i]) : float_to_half(x[i]);
+  const std::int64_t n = static_cast<std::int64_t>(x.size());
+  convert(TensorView::contiguous(x.data(), DType::f32, {n}), TensorView::contiguous(out.data(), t, {n}));
   return out;
 }
 
-// int8 values and float16 scales, kI8Group values per scale along each row of
-// d: scale = max|x| / 127 (as stored in float16), values round(x / scale).
-// d (a multiple of kI8Group).
-void quantize_i8(const std::vector<float>& x, std::vector<std::int8_t>& values, std::vector<std::uint16_t>& scales) {
+// x [rows, d] quantised by the library: int8 values and one float16 scale per kI8Group values.
+void quantize_i8(const std::vector<float>& x, std::int64_t d, std::vector<std::int8_t>& values,
+                 std::vector<std::uint16_t>& scales) {
+  const std::int64_t rows = static_cast<std::int64_t>(x.size()) / d;
   values.resize(x.size());
   scales.resize(x.size() / kI8Group);
-  for (std::size_t g = 0; g < scales.size(); ++g) {
-    const float* xg = x.data() + g * kI8Group;
-    float amax = 0;
-    for (std::int64_t c = 0; c < kI8Group; ++c) amax = std::max(amax, std::abs(xg[c]));
-    scales[g] = float_to_half(amax / 127);
-    const float scale = half_to_float(scales[g]);
-    for (std::int64_t c = 0; c < kI8Group; ++c)
-      values[g * kI8Group + c] = static_cast<std::int8_t>(
-          scale > 0 ? std::clamp(std::nearbyint(xg[c] / scale), -127.0f, 127.0f) : 0.0f);
-  }
+  quantize_int8(TensorView::contiguous(x.data(), DType::f32, {rows, d}),
+                TensorView::contiguous(values.data(), DType::i8, {rows, d}),
+                TensorView::contiguous(scales.data(), DType::f16, {rows, d / kI8Group}));
 }
 
 // Q, K, V, O (and the int8 scales) of one shape in one storage, with the
@@ -330,9 +317,9 @@ Stored store(const Shape& s, const Inputs& in, Storage st) {
     case Storage::f16:
     case Storage::bf16: {
       const DType t = st == Storage::f16 ? DType::f16 : DType::bf16;
-      x.q16 = to_16bit(in.q, st);
-      x.k16 = to_16bit(in.k, st);
-      x.v16 = to_16bit(in.v, st);
+      x.q16 = to_16bit(in.q, t);
+      x.k16 = to_16bit(in.k, t);
+      x.v16 = to_16bit(in.v, t);
       x.o16.resize(in.q.size());
       x.q = TensorView::contiguous(x.q16.data(), t, qs);
       x.k = TensorView::contiguous(x.k16.data(), t, kvs);
@@ -343,8 +330,8 @@ Stored store(const Shape& s, const Inputs& in, Storage st) {
       break;
     }
     case Storage::i8:
-      quantize_i8(in.k, x.k8, x.k_scales);
-      quantize_i8(in.v, x.v8, x.v_scales);
+      quantize_i8(in.k, s.d, x.k8, x.k_scales);
+      quantize_i8(in.v, s.d, x.v8, x.v_scales);
       x.o32.resize(in.q.size());
       x.q = TensorView::contiguous(in.q.data(), DType::f32, qs);
       x.k = TensorView::contiguous(x.k8.data(), DType::i8, kvs);
