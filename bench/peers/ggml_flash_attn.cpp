@@ -4,9 +4,13 @@
 //   ggml_flash_attn --b 1 --h 32 --hkv 8 --nq 1 --nkv 16384 --d 128 --type f16
 //                   [--causal] --threads 2 --repeats 5
 //
-// prints one JSON line {"peer": "ggml", "ms": median, "kernel": ...} on
-// success (the line scripts/peer_bench.py prints for torch), or
-// {"peer": "ggml", "error": ...} and exit 2 on a bad argument.
+// prints one JSON line {"peer": "ggml", "ms": median, "kernel": ..., "max_err": e}
+// on success (the line scripts/peer_bench.py prints for torch), or
+// {"peer": "ggml", "error": ...} and exit 2 on a bad argument. max_err is the
+// largest |difference| between ggml's output and a float64 attention over the
+// K/V as stored (read back through ggml's to_float), on the first and last
+// query row of the first and last head: evidence that the call timed is
+// attention on these shapes.
 //
 // Layouts are ggml's (innermost axis first): Q f32 [d, Nq, H, B], K and V
 // [d, Nkv, Hkv, B] of --type (f32, f16, bf16 or q8_0: int8 values in blocks of
@@ -88,6 +92,55 @@ double now_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// Row `row` (of [Nkv, Hkv, B] rows) of K or V as float32.
+std::vector<float> row_f32(const ggml_tensor* x, std::int64_t row) {
+  std::vector<float> out(static_cast<std::size_t>(x->ne[0]));
+  const char* at = static_cast<const char*>(x->data) + row * x->nb[1];
+  if (x->type == GGML_TYPE_F32)
+    std::memcpy(out.data(), at, out.size() * sizeof(float));
+  else
+    ggml_get_type_traits(x->type)->to_float(at, out.data(), x->ne[0]);
+  return out;
+}
+
+// max |ggml - float64 attention| over the first and last query row of the
+// first and last head of batch entry 0 (NaN when ggml's output is not finite).
+double check(const Args& a, const ggml_tensor* q, const ggml_tensor* k, const ggml_tensor* v, const ggml_tensor* out) {
+  const double scale = 1 / std::sqrt(static_cast<double>(a.d));
+  double err = 0;
+  for (const std::int64_t h : {std::int64_t{0}, a.h - 1}) {
+    const std::int64_t hk = h / (a.h / a.hkv);
+    for (const std::int64_t i : {std::int64_t{0}, a.nq - 1}) {
+      const float* qi = static_cast<const float*>(q->data) + (h * a.nq + i) * a.d;
+      const std::int64_t last = a.causal ? std::min(a.nkv - 1, i + (a.nkv - a.nq)) : a.nkv - 1;
+      if (last < 0) continue;
+      std::vector<double> s(static_cast<std::size_t>(last + 1)), o(static_cast<std::size_t>(a.d), 0.0);
+      double m = -INFINITY, sum = 0;
+      for (std::int64_t j = 0; j <= last; ++j) {
+        const std::vector<float> kj = row_f32(k, hk * a.nkv + j);
+        double dot = 0;
+        for (std::int64_t c = 0; c < a.d; ++c) dot += static_cast<double>(qi[c]) * kj[c];
+        s[j] = dot * scale;
+        m = std::max(m, s[j]);
+      }
+      for (std::int64_t j = 0; j <= last; ++j) {
+        const double p = std::exp(s[j] - m);
+        sum += p;
+        const std::vector<float> vj = row_f32(v, hk * a.nkv + j);
+        for (std::int64_t c = 0; c < a.d; ++c) o[c] += p * vj[c];
+      }
+      // The result is [d, H, Nq, B]: element (c, h, i) at (i * H + h) * d + c.
+      const float* oi = static_cast<const float*>(out->data) + (i * a.h + h) * a.d;
+      for (std::int64_t c = 0; c < a.d; ++c) {
+        const double e = std::abs(oi[c] - o[c] / sum);
+        if (!std::isfinite(oi[c])) return NAN;
+        err = std::max(err, e);
+      }
+    }
+  }
+  return err;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -155,13 +208,11 @@ int main(int argc, char** argv) {
     t.push_back(now_ms() - t0);
   }
   std::sort(t.begin(), t.end());
-  // A finite result, so a broken build does not pass for a fast one.
-  const float* o = static_cast<const float*>(out->data);
-  for (std::int64_t i = 0; i < ggml_nelements(out); ++i)
-    if (!std::isfinite(o[i])) fail("ggml's result is not finite");
+  const double err = check(a, q, k, v, out);
+  if (!std::isfinite(err)) fail("ggml's result is not finite");
 
-  std::printf("{\"peer\": \"ggml\", \"ms\": %.6g, \"kernel\": \"ggml %s flash_attn_ext K/V %s\"}\n",
-              t[t.size() / 2], ggml_version(), ggml_type_name(kv_type));
+  std::printf("{\"peer\": \"ggml\", \"ms\": %.6g, \"kernel\": \"ggml %s flash_attn_ext K/V %s\", \"max_err\": %.3g}\n",
+              t[t.size() / 2], ggml_version(), ggml_type_name(kv_type), err);
   ggml_threadpool_free(pool);
   ggml_free(ctx);
   return 0;
