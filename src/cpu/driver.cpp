@@ -75,6 +75,8 @@ constexpr int kDirectRows = 8;
 // How far ahead (keys) the decode kernels on stored K/V request rows: half a
 // tile (8 KiB of bfloat16 rows at d = 128); a whole tile measured slower.
 constexpr int kStreamAhead = 32;
+// Keys per tile in decode blocks (a multiple of every set's NR).
+constexpr int kDecodeTileKeys = 256;
 // The most working memory one thread may use (qs, Kt, S, acc, V tile): 256 MiB,
 // about 900 times what d = dv = 128 needs.
 constexpr std::size_t kMaxWorkspaceBytes = std::size_t{256} << 20;
@@ -98,6 +100,10 @@ Plan make_plan(const Params& p, const KernelSet& ks, std::int64_t nb, std::int64
   pl.br = ks.br;
   pl.bc = ks.bc;
   pl.rows = p.group * n_q;
+  // Decode blocks (a few rows) stream K and V with little arithmetic per
+  // key: longer tiles spread each tile's fixed costs (softmax step, masks,
+  // row pointers) over more bytes.
+  if (pl.rows <= kDirectRows) pl.bc = std::max(ks.bc, kDecodeTileKeys / ks.nr * ks.nr);
   pl.blocks = ceil_div(pl.rows, pl.br);
   pl.dv_pad = round_up(p.dv, ks.w);
   pl.pack_v = p.dv % ks.w != 0;  // otherwise V rows are read in place
@@ -370,10 +376,12 @@ class Runner : TileOps {
   }
 
   // Whether decode blocks read K or V (t) through the stored-row kernels:
-  // float16, bfloat16, and int8 whose groups are whole vectors.
+  // float16, bfloat16, and int8 whose groups are whole vectors and a power of
+  // two (32, 64, ...); other groups are converted row by row first.
   bool stored_ok(const Operand& t) const {
     if (t.dtype == DType::f16 || t.dtype == DType::bf16) return true;
-    return t.dtype == DType::i8 && p_.group_of(t) % ks_.w == 0;
+    const std::int64_t g = p_.group_of(t);
+    return t.dtype == DType::i8 && g % ks_.w == 0 && (g & (g - 1)) == 0;
   }
 
   // Keys [t0, t0 + n) of K or V (t) as stored, for the decode kernels.
@@ -856,7 +864,7 @@ void run(const Params& p) {
   const KernelSet& ks = kernels_for(p.isa);
   // Checked before any work: rows that see keys need the per-thread working
   // memory, whose size follows from d and dv alone.
-  const std::size_t ws = workspace_floats(ks.br, ks.bc, p.d, round_up(p.dv, ks.w));
+  const std::size_t ws = workspace_floats(ks.br, std::max(ks.bc, kDecodeTileKeys), p.d, round_up(p.dv, ks.w));
   if (ws == 0 || ws > kMaxWorkspaceBytes / 4)
     if (p.n_kv > 0) throw workspace_error(p, "about " + std::to_string(ws ? ws * 4 : SIZE_MAX) + " bytes");
   try {

@@ -21,13 +21,14 @@ struct LoadBF16 {
   }
 };
 
-// int8 with float32 (F16 = false) or float16 scales; group % W == 0, so a
-// vector never straddles two groups.
+// int8 with float32 (F16 = false) or float16 scales; the group is a power of
+// two and a multiple of W, so a vector never straddles two groups and the
+// group of column c is a shift away.
 template <bool F16>
 struct LoadI8 {
-  int group;
+  int shift;  // log2 of the group
   float scale(const void* sc, int c) const {
-    const int g = c / group;
+    const int g = c >> shift;
     return F16 ? convert_f16_one(static_cast<const std::uint16_t*>(sc)[g]) : static_cast<const float*>(sc)[g];
   }
   Vec vec(const void* r, const void* sc, int c) const {
@@ -126,9 +127,9 @@ static void scores_direct_st(const float* qs, int rows, int d, const StoredRows&
     case DType::bf16: scores_st(LoadBF16{}, qs, rows, d, k, n, s, s_stride); return;
     default:
       if (k.sdt == DType::f16)
-        scores_st(LoadI8<true>{k.group}, qs, rows, d, k, n, s, s_stride);
+        scores_st(LoadI8<true>{__builtin_ctz(static_cast<unsigned>(k.group))}, qs, rows, d, k, n, s, s_stride);
       else
-        scores_st(LoadI8<false>{k.group}, qs, rows, d, k, n, s, s_stride);
+        scores_st(LoadI8<false>{__builtin_ctz(static_cast<unsigned>(k.group))}, qs, rows, d, k, n, s, s_stride);
       return;
   }
 }
@@ -216,9 +217,9 @@ static void pv_direct_st(const float* p, int rows, int n, int p_stride, const St
     case DType::bf16: pv_st(LoadBF16{}, p, rows, n, p_stride, v, dv, acc, acc_stride, alpha); return;
     default:
       if (v.sdt == DType::f16)
-        pv_st(LoadI8<true>{v.group}, p, rows, n, p_stride, v, dv, acc, acc_stride, alpha);
+        pv_st(LoadI8<true>{__builtin_ctz(static_cast<unsigned>(v.group))}, p, rows, n, p_stride, v, dv, acc, acc_stride, alpha);
       else
-        pv_st(LoadI8<false>{v.group}, p, rows, n, p_stride, v, dv, acc, acc_stride, alpha);
+        pv_st(LoadI8<false>{__builtin_ctz(static_cast<unsigned>(v.group))}, p, rows, n, p_stride, v, dv, acc, acc_stride, alpha);
       return;
   }
 }
