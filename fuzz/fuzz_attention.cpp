@@ -235,11 +235,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
   if (mode == 0) {
     const DType in_t = fdp.ConsumeIntegralInRange<int>(0, 15) == 0 ? DType::f64 : DType::f32;
-    Buffer q = fuzz::make_buffer(fdp, in_t, {maybe_off(fdp, B), maybe_off(fdp, H), maybe_off(fdp, Nq), maybe_off(fdp, d)},
+    // Storage per operand: mostly in_t, sometimes float16 or bfloat16 (both
+    // paths read those, so they must agree on them too).
+    auto storage = [&] {
+      if (in_t == DType::f64) return in_t;
+      const int c = fdp.ConsumeIntegralInRange<int>(0, 5);
+      return c == 4 ? DType::f16 : c == 5 ? DType::bf16 : in_t;
+    };
+    Buffer q = fuzz::make_buffer(fdp, storage(), {maybe_off(fdp, B), maybe_off(fdp, H), maybe_off(fdp, Nq), maybe_off(fdp, d)},
                                  layout, spec_in);
-    Buffer k = fuzz::make_buffer(fdp, in_t, {maybe_off(fdp, B), maybe_off(fdp, Hkv), maybe_off(fdp, Nkv), maybe_off(fdp, d)},
+    Buffer k = fuzz::make_buffer(fdp, storage(), {maybe_off(fdp, B), maybe_off(fdp, Hkv), maybe_off(fdp, Nkv), maybe_off(fdp, d)},
                                  layout, spec_in);
-    Buffer v = fuzz::make_buffer(fdp, in_t, {maybe_off(fdp, B), maybe_off(fdp, Hkv), maybe_off(fdp, Nkv), maybe_off(fdp, dv)},
+    Buffer v = fuzz::make_buffer(fdp, storage(), {maybe_off(fdp, B), maybe_off(fdp, Hkv), maybe_off(fdp, Nkv), maybe_off(fdp, dv)},
                                  layout, spec_in);
     const Options opt = fuzz_options(fdp, keep, B, H, Nq, Nkv, true, specials);
     const Extras e = fuzz_extras(fdp, true);

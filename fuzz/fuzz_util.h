@@ -58,6 +58,11 @@ inline void store(std::byte* p, DType dtype, double v) {
       std::memcpy(p, &i, 8);
       break;
     }
+    case DType::i8: {
+      const std::int8_t i = std::isfinite(v) ? static_cast<std::int8_t>(std::clamp(v, -127.0, 127.0)) : 0;
+      std::memcpy(p, &i, 1);
+      break;
+    }
   }
 }
 
