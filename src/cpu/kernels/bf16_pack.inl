@@ -36,7 +36,10 @@ static void pack_q_bf16(const std::uint16_t* const* q, int rows, int d, std::uin
   const int d2 = round_up_to(d, kBf16KPad), rows_pad = round_up_to(rows, kBf16RPad);
   for (int r = 0; r < rows_pad; ++r) {
     std::uint16_t* dst = q2 + static_cast<std::int64_t>(r) * d2;
-    for (int c = 0; c < d2; c += 32) {
+    int c = 0;
+    if (r < rows)
+      for (; c + 32 <= d; c += 32) _mm512_storeu_si512(dst + c, _mm512_loadu_si512(q[r] + c));
+    for (; c < d2; c += 32) {
       const __m512i x = r < rows ? _mm512_maskz_loadu_epi16(first_lanes32(d - c), q[r] + c) : _mm512_setzero_si512();
       _mm512_mask_storeu_epi16(dst + c, first_lanes32(d2 - c), x);
     }
