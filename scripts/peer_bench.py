@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Times a peer's attention for `sdpa bench`, one shape per call.
 
-    peer_bench.py torch --pass backward --b 1 --h 8 --hkv 8 --nq 4096 --nkv 4096 --d 128 \
-        [--causal] --threads 2 --repeats 3
+    peer_bench.py torch --pass forward|backward --dtype f32|f16|bf16 --b 1 --h 8 --hkv 8 \
+        --nq 4096 --nkv 4096 --d 128 [--causal] --threads 2 --repeats 3
+
+Q, K, V (and dO) are drawn in float32 and stored in --dtype, as sdpa bench does.
 
 prints one JSON line {"peer": ..., "ms": median, "kernel": ...} on success;
 exits 3 when the peer cannot be imported (the bench then says so and goes on).
@@ -20,9 +22,14 @@ def torch_ms(a):
     torch.manual_seed(0)
     f = torch.nn.functional.scaled_dot_product_attention
     need = a.pass_ == "backward"
-    q = torch.randn(a.b, a.h, a.nq, a.d, requires_grad=need)
-    k = torch.randn(a.b, a.hkv, a.nkv, a.d, requires_grad=need)
-    v = torch.randn(a.b, a.hkv, a.nkv, a.d, requires_grad=need)
+    dtype = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[a.dtype]
+
+    def randn(*shape):
+        return torch.randn(*shape).to(dtype).requires_grad_(need)
+
+    q = randn(a.b, a.h, a.nq, a.d)
+    k = randn(a.b, a.hkv, a.nkv, a.d)
+    v = randn(a.b, a.hkv, a.nkv, a.d)
     kw = {"is_causal": a.causal}
     if a.hkv != a.h:
         kw["enable_gqa"] = True
@@ -47,13 +54,14 @@ def torch_ms(a):
         step()
         times.append((time.perf_counter() - t0) * 1e3)
     times.sort()
-    return times[len(times) // 2], f"torch {torch.__version__} {kernel}"
+    return times[len(times) // 2], f"torch {torch.__version__} {kernel} {a.dtype}"
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("peer", choices=["torch"])
     p.add_argument("--pass", dest="pass_", choices=["forward", "backward"], default="forward")
+    p.add_argument("--dtype", choices=["f32", "f16", "bf16"], default="f32")
     for name in ("b", "h", "hkv", "nq", "nkv", "d"):
         p.add_argument("--" + name, type=int, required=True)
     p.add_argument("--causal", action="store_true")

@@ -596,4 +596,55 @@ TEST_F(cli_bench, small_table_and_json) {
   EXPECT_EQ(cli({"bench", "--shapes", "sideways"}).code, 2);
 }
 
+// Occurrences of `what` in `text`.
+std::size_t count(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST_F(cli_bench, dtypes_side_by_side_with_both_peers) {
+  // A stand-in for both peers: prints the line peer_bench.py and ggml_flash_attn print, whatever it is asked.
+  const std::string peer = path("peer.sh");
+  {
+    std::ofstream f(peer);
+    f << "#!/bin/sh\necho '{\"peer\": \"stand-in\", \"ms\": 1.5, \"kernel\": \"stand-in peer\"}'\n";
+  }
+  fs::permissions(peer, fs::perms::owner_all);
+  Result r = cli({"bench", "--dtype", "f32,bf16", "--dtype", "i8", "--n", "64", "--nkv", "128", "--repeats", "1",
+                  "--no-baseline", "--round-p", "--python", peer, "--ggml", peer, "--json", path("b.json")});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  for (const char* column : {"dtype", "vs f32", "torch ms", "vs torch", "ggml ms", "vs ggml", "%bw"})
+    EXPECT_THAT(r.out, HasSubstr(column));
+  EXPECT_THAT(r.out, HasSubstr("i8: K, V int8 with a float16 scale per 32 values"));
+  EXPECT_THAT(r.out, HasSubstr("--round-p"));
+  EXPECT_THAT(r.out, Not(HasSubstr("not run")));
+  // 4 prefill and 2 decode shapes (GQA 32/8 and MHA 32/32), each in the three storages.
+  EXPECT_EQ(count(r.out, " bf16 "), 6u) << r.out;
+  EXPECT_EQ(count(r.out, " i8 "), 6u) << r.out;
+  const std::string json = slurp(path("b.json"));
+  EXPECT_EQ(count(json, "\"dtype\": \"bf16\""), 6u);
+  EXPECT_EQ(count(json, "\"vs_f32\""), 18u);
+  EXPECT_EQ(count(json, "\"torch_ms\""), 8u);  // the prefill rows in f32 and bf16 (torch has no int8 K/V)
+  EXPECT_EQ(count(json, "\"ggml_ms\""), 6u);   // every decode row (i8 as ggml's q8_0)
+  EXPECT_THAT(json, HasSubstr("\"round_p\": true"));
+  EXPECT_THAT(json, HasSubstr("\"i8_scales\""));
+  EXPECT_THAT(json, HasSubstr("\"Hkv\": 32"));
+}
+
+TEST_F(cli_bench, bad_dtype_and_peer_flags_are_usage_errors) {
+  Result r = cli({"bench", "--dtype", "f32,fp8"});
+  EXPECT_EQ(r.code, 2) << describe(r);
+  EXPECT_THAT(r.err, HasSubstr("sdpa bench: --dtype: expected f32, f16, bf16 or i8, got 'fp8'"));
+  r = cli({"bench", "--backward", "--dtype", "bf16"});
+  EXPECT_EQ(r.code, 2) << describe(r);
+  EXPECT_THAT(r.err, HasSubstr("--dtype: --backward times float32"));
+  r = cli({"bench", "--ggml", path("missing")});
+  EXPECT_EQ(r.code, 2) << describe(r);
+  EXPECT_THAT(r.err, HasSubstr("--ggml: expected the ggml_flash_attn program"));
+  r = cli({"bench", "--shapes", "decode", "--nkv", "0"});
+  EXPECT_EQ(r.code, 2) << describe(r);
+  EXPECT_THAT(r.err, HasSubstr("--nkv: expected cache lengths >= 1, got 0"));
+}
+
 }  // namespace

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -17,10 +18,12 @@
 #include <fstream>
 #include <initializer_list>
 #include <iterator>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "half.h"
 #include "sdpa/error.h"
 #include "sdpa/tensor_view.h"
 
@@ -97,6 +100,7 @@ TEST(TensorViewTest, DtypeSizesAndNames) {
   EXPECT_EQ(sdpa::dtype_size(DType::boolean), 1u);
   EXPECT_EQ(sdpa::dtype_size(DType::i32), 4u);
   EXPECT_EQ(sdpa::dtype_size(DType::i64), 8u);
+  EXPECT_EQ(sdpa::dtype_size(DType::i8), 1u);
   EXPECT_STREQ(sdpa::dtype_name(DType::f32), "float32");
   EXPECT_STREQ(sdpa::dtype_name(DType::f64), "float64");
   EXPECT_STREQ(sdpa::dtype_name(DType::f16), "float16");
@@ -104,6 +108,7 @@ TEST(TensorViewTest, DtypeSizesAndNames) {
   EXPECT_STREQ(sdpa::dtype_name(DType::boolean), "bool");
   EXPECT_STREQ(sdpa::dtype_name(DType::i32), "int32");
   EXPECT_STREQ(sdpa::dtype_name(DType::i64), "int64");
+  EXPECT_STREQ(sdpa::dtype_name(DType::i8), "int8");
 }
 
 TEST(TensorViewTest, ContiguousStridesAreRowMajorForEachRank) {
@@ -229,6 +234,7 @@ TEST(NpyRoundTripTest, EveryDtype) {
   expect_round_trip<bool>(DType::boolean, shape, {true, false, true, true, false, false});
   expect_round_trip<std::int32_t>(DType::i32, shape, {1, -2, 0, 2147483647, -2147483647 - 1, 7});
   expect_round_trip<std::int64_t>(DType::i64, shape, {1, -2, 0, INT64_MAX, INT64_MIN, 7});
+  expect_round_trip<std::int8_t>(DType::i8, shape, {1, -2, 0, 127, -128, 7});
 }
 
 TEST(NpyRoundTripTest, RanksZeroToFourAndZeroSizeDims) {
@@ -282,6 +288,21 @@ TEST(NpyHeaderTest, EncodeMatchesNumpyBytes) {
   const std::vector<float> v{0, 1, 2, 3, 4, 5};
   const std::vector<std::int64_t> shape{2, 3};
   EXPECT_EQ(to_string(encode_npy(DType::f32, shape, v.data())), numpy_f32_2x3());
+}
+
+// np.save of float16 [1, -2, 65504, inf, -0, 2^-24] and of int8 [[1, -2, 127], [-128, 0, 7]]: the
+// same header text (descr '<f2' and '|i1'), padding and little-endian bits.
+TEST(NpyHeaderTest, Float16AndInt8MatchNumpyBytes) {
+  const std::vector<std::uint16_t> h{0x3c00, 0xc000, 0x7bff, 0x7c00, 0x8000, 0x0001};
+  const std::vector<std::int64_t> h_shape{6};
+  EXPECT_EQ(to_string(encode_npy(DType::f16, h_shape, h.data())),
+            to_string(make_npy(1, "{'descr': '<f2', 'fortran_order': False, 'shape': (6,), }", raw(h))));
+  const std::vector<std::int8_t> i{1, -2, 127, -128, 0, 7};
+  const std::vector<std::int64_t> i_shape{2, 3};
+  const std::vector<std::byte> encoded = encode_npy(DType::i8, i_shape, i.data());
+  EXPECT_EQ(to_string(encoded),
+            to_string(make_npy(1, "{'descr': '|i1', 'fortran_order': False, 'shape': (2, 3), }", raw(i))));
+  EXPECT_EQ(encoded.size(), 134u);  // as numpy's file
 }
 
 TEST(NpyHeaderTest, EncodedHeaderIsPaddedAndNewlineTerminated) {
@@ -417,7 +438,8 @@ TEST(NpyHeaderTest, AcceptsEveryDescrSpelling) {
   const Case cases[] = {{"<f4", DType::f32}, {"=f4", DType::f32},     {"<f8", DType::f64},
                         {"=f8", DType::f64}, {"<f2", DType::f16},     {"=f2", DType::f16},
                         {"|b1", DType::boolean}, {"<i4", DType::i32}, {"=i4", DType::i32},
-                        {"<i8", DType::i64}, {"=i8", DType::i64}};
+                        {"<i8", DType::i64}, {"=i8", DType::i64},     {"|i1", DType::i8},
+                        {"<i1", DType::i8},  {"=i1", DType::i8}};
   for (const Case& c : cases) {
     SCOPED_TRACE(c.descr);
     const std::string data(sdpa::dtype_size(c.dtype), '\0');
@@ -783,6 +805,37 @@ TEST_F(NpyFileTest, ReadRoundTripsEveryDtype) {
   NpyArray e = read_npy(path("empty.npy"));
   EXPECT_EQ(e.shape, empty_shape);
   EXPECT_TRUE(e.data.empty());
+  expect_no_temp_files();
+}
+
+// float16 files hold IEEE binary16: every class of value (zeros, normals,
+// the largest, subnormals, infinities, NaN) comes back bit for bit, and reads
+// as the float32 it stands for.
+TEST_F(NpyFileTest, Float16ValuesRoundTripThroughAFile) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> values{0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, -65504.0f, 6.103515625e-05f /* 2^-14 */,
+                                  5.9604644775390625e-08f /* 2^-24 */, 0.333251953125f, inf, -inf};
+  std::vector<std::uint16_t> bits;
+  for (float v : values) bits.push_back(sdpa::float_to_half(v));
+  bits.push_back(0x7e00);  // a quiet NaN
+  const std::vector<std::int64_t> shape{static_cast<std::int64_t>(bits.size())};
+  write_npy(path("h.npy"), DType::f16, shape, bits.data());
+  const NpyArray a = read_npy(path("h.npy"));
+  ASSERT_EQ(a.dtype, DType::f16);
+  ASSERT_EQ(a.shape, shape);
+  EXPECT_EQ(std::vector<std::uint16_t>(a.as<std::uint16_t>(), a.as<std::uint16_t>() + bits.size()), bits);
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const float back = sdpa::half_to_float(a.as<std::uint16_t>()[i]);
+    EXPECT_EQ(back, values[i]) << i;
+    EXPECT_EQ(std::signbit(back), std::signbit(values[i])) << i;
+  }
+  EXPECT_TRUE(std::isnan(sdpa::half_to_float(a.as<std::uint16_t>()[values.size()])));
+  // int8 too, through the typed accessor.
+  const std::vector<std::int8_t> i8{-128, -1, 0, 1, 127};
+  const std::vector<std::int64_t> i8_shape{5};
+  write_npy(path("i.npy"), DType::i8, i8_shape, i8.data());
+  const NpyArray b = read_npy(path("i.npy"));
+  EXPECT_EQ(std::vector<std::int8_t>(b.as<std::int8_t>(), b.as<std::int8_t>() + 5), i8);
   expect_no_temp_files();
 }
 

@@ -6,6 +6,7 @@
 // views, the errors, and the `sdpa onnx` command.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,11 +21,13 @@
 #include <limits>
 #include <optional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "half.h"
 #include "io/npy.h"
+#include "sdpa/attention.h"
 #include "sdpa/onnx.h"
 #include "sdpa/options.h"
 
@@ -756,6 +759,137 @@ TEST(OnnxAttention, bfloat16_and_float64) {
     SCOPED_TRACE(sdpa::dtype_name(t));
     check_both_paths(p);
   }
+}
+
+TEST(OnnxAttention, bfloat16_past_is_concatenated_in_bfloat16) {
+  Problem p = problem(3, 4, 2, 2, 3);
+  p.t1 = DType::bf16;
+  p.t2 = DType::f16;
+  p.with_past = true;
+  p.past = 4;
+  p.attr.is_causal = 1;
+  p.fill();
+  check_both_paths(p);  // present_key bfloat16 and present_value float16, exact
+}
+
+TEST(OnnxAttention, float16_with_a_strided_last_axis_is_copied_in_float16) {
+  Problem p = problem(4, 2, 2, 3, 5);
+  p.t1 = p.t2 = DType::f16;
+  p.fill();
+  Array kw = zeros(DType::f16, {p.b, p.hkv, p.skv, 2 * p.d});
+  for (std::int64_t i = 0; i < p.k.numel(); ++i) kw.set(2 * i, p.k.values[i]);
+  ox::AttentionInputs in = p.inputs();
+  in.K.data = kw.bytes.data();
+  for (int a = 0; a < 4; ++a) in.K.stride[a] *= 2;
+  ox::AttentionOutputs out;
+  ox::attention(in, p.attr, out);
+  EXPECT_EQ(out.Y.dtype, DType::f16);
+  expect_close(values_of(out.Y), recompute(p).y, tolerance(DType::f16, false), "Y");
+}
+
+// Memory whose tail pages can be made unreadable (PROT_NONE): a read there
+// kills the process.
+class GuardedBytes {
+ public:
+  explicit GuardedBytes(const std::vector<std::byte>& data) : size_(round_up(std::max<std::size_t>(data.size(), 1))) {
+    void* p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::runtime_error("mmap failed");
+    base_ = static_cast<std::byte*>(p);
+    std::memcpy(base_, data.data(), data.size());
+  }
+  GuardedBytes(const GuardedBytes&) = delete;
+  GuardedBytes& operator=(const GuardedBytes&) = delete;
+  ~GuardedBytes() { ::munmap(base_, size_); }
+
+  std::byte* data() const { return base_; }
+  // Makes the whole pages inside [begin, end) (byte offsets) unreadable; returns how many bytes.
+  std::size_t protect(std::size_t begin, std::size_t end) {
+    const std::size_t b = round_up(begin), e = end / page() * page();
+    if (e <= b) return 0;
+    if (::mprotect(base_ + b, e - b, PROT_NONE) != 0) throw std::runtime_error("mprotect failed");
+    return e - b;
+  }
+
+ private:
+  static std::size_t page() { return static_cast<std::size_t>(::sysconf(_SC_PAGESIZE)); }
+  static std::size_t round_up(std::size_t n) { return (n + page() - 1) / page() * page(); }
+  std::size_t size_;
+  std::byte* base_ = nullptr;
+};
+
+// Float16 and bfloat16 Q, K, V are read where they lie, not converted by
+// copy: the keys a causal query cannot see sit on unreadable pages, which
+// any copy of K or V would read (and die) while the library, which skips
+// tiles wholly past the causal frontier, never touches them. The result is
+// the library's own on the same views, bit for bit, within the float64
+// oracle's tolerance for the type, and Y comes back in that type.
+TEST(OnnxAttention, float16_and_bfloat16_inputs_are_read_in_place) {
+  // The child runs the call alone in a fresh process (the library's threads are not forked).
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  for (const DType t : {DType::f16, DType::bf16})
+    for (const int rank : {4, 3}) {
+      SCOPED_TRACE(std::string(sdpa::dtype_name(t)) + ", rank " + std::to_string(rank));
+      // Sq = 4 queries aligned top-left: query i sees keys 0..i of Skv = 2048.
+      Problem p = problem(rank, 4, 2, 4, 2048);
+      p.b = 1;
+      p.d = 64;
+      p.dv = 32;
+      p.t1 = p.t2 = t;
+      p.attr.is_causal = 1;
+      p.fill();
+      GuardedBytes k(p.k.bytes), v(p.v.bytes);
+      // Readable: the first kRows keys of each head (more than any tile).
+      constexpr std::int64_t kRows = 256;
+      const std::size_t es = sdpa::dtype_size(t);
+      std::size_t guarded = 0;
+      for (auto [g, x] : {std::pair{&k, p.d}, std::pair{&v, p.dv}}) {
+        if (rank == 3) {  // (B, S, H·X): one tail after row kRows for all heads
+          const std::size_t row = static_cast<std::size_t>(p.hkv * x) * es;
+          guarded += g->protect(kRows * row, p.skv * row);
+        } else {  // (B, H, S, X): a tail per head
+          const std::size_t row = static_cast<std::size_t>(x) * es, head = p.skv * row;
+          for (std::int64_t h = 0; h < p.hkv; ++h) guarded += g->protect(h * head + kRows * row, (h + 1) * head);
+        }
+      }
+      ASSERT_GT(guarded, 0u);
+      ox::AttentionInputs in = p.inputs();
+      in.K.data = k.data();
+      in.V.data = v.data();
+
+      EXPECT_EXIT(
+          {
+            ox::AttentionOutputs out;
+            ox::attention(in, p.attr, out);
+            std::_Exit(0);
+          },
+          ::testing::ExitedWithCode(0), "")
+          << "the call read keys or values past the causal frontier";
+      if (::testing::Test::HasFailure()) return;
+
+      ox::AttentionOutputs out;
+      ox::attention(in, p.attr, out);
+      EXPECT_EQ(out.Y.dtype, t);
+      expect_close(values_of(out.Y), recompute(p).y, tolerance(t, false), "Y");
+
+      // The library on the same views, writing O in the same type.
+      const auto four_d = [&](const TensorView& x, std::int64_t heads) {
+        if (x.rank == 4) return x;
+        const std::int64_t w = x.shape[2] / heads;
+        TensorView r = x;
+        r.rank = 4;
+        r.shape = {x.shape[0], heads, x.shape[1], w};
+        r.stride = {x.stride[0], w * x.stride[2], x.stride[1], x.stride[2]};
+        return r;
+      };
+      std::vector<std::byte> o_bytes(out.Y.data.size());
+      const TensorView o = rank == 4 ? TensorView::contiguous(o_bytes.data(), t, {p.b, p.hq, p.sq, p.dv})
+                                     : TensorView::bshd(o_bytes.data(), t, p.b, p.sq, p.hq, p.dv);
+      sdpa::Options opt;
+      opt.causal = true;
+      opt.align = sdpa::Align::top_left;
+      sdpa::attention(four_d(in.Q, p.hq), four_d(in.K, p.hkv), four_d(in.V, p.hkv), o, opt);
+      EXPECT_EQ(o_bytes, out.Y.data) << "Y differs from sdpa::attention on the same views";
+    }
 }
 
 // ---------------------------------------------------------------------------

@@ -21,6 +21,23 @@
 // The baseline exists only when OpenBLAS was found at configure time
 // (SDPA_HAVE_BLAS_BASELINE), --json only with nlohmann-json (SDPA_HAVE_JSON).
 //
+// --dtype f32,f16,bf16,i8 runs every shape in each storage, one after the
+// other, from the same float32 draws: f16 and bf16 hold Q, K, V and O in that
+// type; i8 holds K and V as int8 with float16 scales per group of 32 values
+// (ggml's q8_0 layout, 34 bytes per 32 values) and Q and O in float32. "vs f32"
+// is the f32 row's time over this row's at the same shape (> 1: faster), so
+// ratios come from one run. For decode, GB/s counts the bytes actually read:
+// K/V values plus scales. %peak stays against the float32 FMA peak. The
+// OpenBLAS baseline is float32 and runs once per shape; each row's speedup is
+// against it.
+//
+// Peers, each in its own process, shape by shape, after sdpa: PyTorch's
+// scaled_dot_product_attention in f32, f16 or bf16 for the prefill rows (with
+// --python, through scripts/peer_bench.py), and ggml's CPU flash_attn_ext with
+// K/V in f32, f16, bf16 or q8_0 (for i8) for the decode rows (--ggml: the
+// ggml_flash_attn program of bench/peers, built with -DSDPA_GGML_DIR). "vs
+// torch" and "vs ggml" are the peer's time over sdpa's.
+//
 // --backward times the backward pass instead (dQ, dK, dV from the forward's O
 // and lse, which are computed once, untimed): FLOPs = 10·B·H·Nq·Nkv·d (the five
 // products QKᵀ, dO·Vᵀ, Pᵀ·dO, dSᵀ·Q, dS·K), halved for causal. Its peer is
@@ -30,6 +47,7 @@
 #include <fmt/format.h>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -39,7 +57,9 @@
 #include <filesystem>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -53,6 +73,7 @@
 #include "peer_bench_py.h"
 #include "sdpa/attention.h"
 #include "sdpa/backward.h"
+#include "sdpa/serving.h"
 #include "support/machine.h"
 #if SDPA_HAVE_BLAS_BASELINE
 #include "support/blas_baseline.h"
@@ -70,46 +91,81 @@ struct Shape {
   bool causal;
 };
 
+// The storage of a row (--dtype).
+enum class Storage : std::uint8_t { f32, f16, bf16, i8 };
+constexpr std::array<const char*, 4> kStorageNames = {"f32", "f16", "bf16", "i8"};
+// i8 rows: values per float16 scale (ggml's q8_0 block).
+constexpr std::int64_t kI8Group = 32;
+
+const char* storage_name(Storage st) { return kStorageNames[static_cast<int>(st)]; }
+
+// --dtype's values, in the order given, each once.
+std::vector<Storage> parse_storages(const std::vector<std::string>& names) {
+  std::vector<Storage> out;
+  for (const std::string& n : names) {
+    const auto it = std::find(kStorageNames.begin(), kStorageNames.end(), n);
+    if (it == kStorageNames.end()) throw UsageError("--dtype: expected f32, f16, bf16 or i8, got '" + n + "'");
+    const Storage st = static_cast<Storage>(it - kStorageNames.begin());
+    if (std::find(out.begin(), out.end(), st) == out.end()) out.push_back(st);
+  }
+  if (out.empty()) throw UsageError("--dtype: expected f32, f16, bf16 or i8, got nothing");
+  return out;
+}
+
 struct Row {
   Shape s;
+  Storage st = Storage::f32;
+  std::string error;  // why this row did not run (the library refused the storage); empty when it ran
   double ms = 0, gflops = 0, pct_peak = 0, gbs = 0, pct_bw = 0;
+  double vs_f32 = 0;  // the f32 row's ms over this row's (0: no f32 row)
   double blas_ms = 0, speedup = 0;
-  double peer_ms = 0, vs_peer = 0;  // --backward: PyTorch's time and its ratio to sdpa's (0: not run)
+  double peer_ms = 0, vs_peer = 0;  // PyTorch's time and its ratio to sdpa's (0: not run)
+  double ggml_ms = 0, vs_ggml = 0;  // ggml's (0: not run)
   double io_mib = 0, extra_mib = 0;
 };
 
-// scripts/peer_bench.py run under a chosen Python: written to a temporary
-// file once, then one process per shape.
-class PythonPeer {
+// A peer timed in its own process, one shape per run: a program that prints
+// one JSON line {"peer": ..., "ms": median, "kernel": ...}. Either
+// scripts/peer_bench.py under a chosen Python (written to a temporary file
+// once), or a program run as it is (bench/peers' ggml_flash_attn).
+class Peer {
  public:
-  explicit PythonPeer(std::string python) : python_(std::move(python)) {
+  // `program` runs `script` (Python source, written to a temporary file) or, without one, runs as it is.
+  explicit Peer(std::string program, const char* script = nullptr) : program_(std::move(program)) {
+    if (!script) {
+      ready_ = true;
+      return;
+    }
     std::string dir = std::filesystem::temp_directory_path().string();
     std::string templ = dir + "/sdpa-peer-XXXXXX.py";
     std::vector<char> buf(templ.begin(), templ.end());
     buf.push_back('\0');
     const int fd = mkstemps(buf.data(), 3);
     if (fd < 0) return;
-    const std::string text = kPeerBenchPy;
-    const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    const std::size_t n = std::strlen(script);
+    const bool ok = ::write(fd, script, n) == static_cast<ssize_t>(n);
     ::close(fd);
-    if (ok) script_ = buf.data();
+    script_ = buf.data();
+    ready_ = ok;
   }
-  ~PythonPeer() {
+  ~Peer() {
     if (!script_.empty()) ::unlink(script_.c_str());
   }
-  PythonPeer(const PythonPeer&) = delete;
-  PythonPeer& operator=(const PythonPeer&) = delete;
+  Peer(const Peer&) = delete;
+  Peer& operator=(const Peer&) = delete;
 
   // The median time in ms, or a negative value with `why` set.
   double run(const std::string& args, std::string& why) const {
-    if (script_.empty()) {
+    if (!ready_) {
       why = "could not write the peer script to the temporary directory";
       return -1;
     }
-    const std::string cmd = quote(python_) + " " + quote(script_) + " " + args + " 2>&1";
+    std::string cmd = quote(program_);
+    if (!script_.empty()) cmd += " " + quote(script_);
+    cmd += " " + args + " 2>&1";
     FILE* f = ::popen(cmd.c_str(), "r");
     if (!f) {
-      why = "could not start " + python_;
+      why = "could not start " + program_;
       return -1;
     }
     std::string out;
@@ -127,7 +183,7 @@ class PythonPeer {
     if (k != std::string::npos) kernel = out.substr(k + 11, out.find('"', k + 11) - k - 11);
     return std::strtod(out.c_str() + at + 6, nullptr);
   }
-  const std::string& python() const { return python_; }
+  const std::string& name() const { return program_; }
   mutable std::string kernel;  // what the peer reported it ran
 
  private:
@@ -136,7 +192,8 @@ class PythonPeer {
     for (char c : s) r += c == '\'' ? std::string("'\\''") : std::string(1, c);
     return r + "'";
   }
-  std::string python_, script_;
+  std::string program_, script_;
+  bool ready_ = false;
 };
 
 // --python's default: $SDPA_PEER_PYTHON, the project's .venv when run from
@@ -182,61 +239,185 @@ double time_ms(int repeats, F&& f) {
   return median(t);
 }
 
-std::vector<Shape> default_shapes(const std::string& which, const std::vector<std::int64_t>& ns) {
+// Prefill: H = 8 at each N, d 64 and 128, causal or not. Decode (Nq = 1,
+// d = 128) at each cache length: GQA (H = 32, Hkv = 8) and MHA (H = Hkv = 32).
+std::vector<Shape> default_shapes(const std::string& which, const std::vector<std::int64_t>& ns,
+                                  const std::vector<std::int64_t>& nkvs) {
   std::vector<Shape> out;
   if (which == "all" || which == "prefill")
     for (std::int64_t d : {64, 128})
       for (bool causal : {false, true})
         for (std::int64_t n : ns) out.push_back({"prefill", 1, 8, 8, n, n, d, causal});
   if (which == "all" || which == "decode")
-    for (std::int64_t n : {1024, 4096, 16384}) out.push_back({"decode", 1, 32, 8, 1, n, 128, false});
+    for (std::int64_t n : nkvs)
+      for (std::int64_t h_kv : {8, 32}) out.push_back({"decode", 1, 32, h_kv, 1, n, 128, false});
   return out;
 }
 
-Row measure(const Shape& s, const Isa isa, int threads, int repeats, bool baseline, double peak, double bw) {
-  Row row;
-  row.s = s;
+// A shape's float32 inputs, drawn once and stored in each --dtype in turn.
+struct Inputs {
+  std::vector<float> q, k, v;
+};
+
+Inputs draw(const Shape& s) {
   std::mt19937 rng(42);
   std::normal_distribution<float> normal;
-  std::vector<float> q(s.b * s.h * s.n_q * s.d), k(s.b * s.h_kv * s.n_kv * s.d), v(k.size()),
-      o(s.b * s.h * s.n_q * s.d);
-  for (auto* x : {&q, &k, &v})
+  Inputs in{std::vector<float>(s.b * s.h * s.n_q * s.d), std::vector<float>(s.b * s.h_kv * s.n_kv * s.d), {}};
+  in.v.resize(in.k.size());
+  for (auto* x : {&in.q, &in.k, &in.v})
     for (float& e : *x) e = normal(rng);
-  row.io_mib = (q.size() + k.size() + v.size() + o.size()) * 4.0 / (1 << 20);
+  return in;
+}
+
+// x converted to float16 or bfloat16 by the library (round to nearest even).
+std::vector<std::uint16_t> to_16bit(const std::vector<float>& x, DType t) {
+  std::vector<std::uint16_t> out(x.size());
+  const std::int64_t n = static_cast<std::int64_t>(x.size());
+  convert(TensorView::contiguous(x.data(), DType::f32, {n}), TensorView::contiguous(out.data(), t, {n}));
+  return out;
+}
+
+// x [rows, d] quantised by the library: int8 values and one float16 scale per kI8Group values.
+void quantize_i8(const std::vector<float>& x, std::int64_t d, std::vector<std::int8_t>& values,
+                 std::vector<std::uint16_t>& scales) {
+  const std::int64_t rows = static_cast<std::int64_t>(x.size()) / d;
+  values.resize(x.size());
+  scales.resize(x.size() / kI8Group);
+  quantize_int8(TensorView::contiguous(x.data(), DType::f32, {rows, d}),
+                TensorView::contiguous(values.data(), DType::i8, {rows, d}),
+                TensorView::contiguous(scales.data(), DType::f16, {rows, d / kI8Group}));
+}
+
+// Q, K, V, O (and the int8 scales) of one shape in one storage, with the
+// views attention takes.
+struct Stored {
+  std::vector<float> o32;
+  std::vector<std::uint16_t> q16, k16, v16, o16, k_scales, v_scales;
+  std::vector<std::int8_t> k8, v8;
+  TensorView q, k, v, o, ks, vs;
+  double io_bytes = 0;  // Q, K, V, O and scales
+  double kv_bytes = 0;  // K and V values and scales: what a decode call reads
+};
+
+Stored store(const Shape& s, const Inputs& in, Storage st) {
+  Stored x;
+  const std::int64_t qs[] = {s.b, s.h, s.n_q, s.d}, kvs[] = {s.b, s.h_kv, s.n_kv, s.d};
+  const std::int64_t scs[] = {s.b, s.h_kv, s.n_kv, s.d / kI8Group};
+  const double nq = static_cast<double>(in.q.size()), nkv = static_cast<double>(in.k.size());
+  switch (st) {
+    case Storage::f32:
+      x.o32.resize(in.q.size());
+      x.q = TensorView::contiguous(in.q.data(), DType::f32, qs);
+      x.k = TensorView::contiguous(in.k.data(), DType::f32, kvs);
+      x.v = TensorView::contiguous(in.v.data(), DType::f32, kvs);
+      x.o = TensorView::contiguous(x.o32.data(), DType::f32, qs);
+      x.kv_bytes = 2 * nkv * 4;
+      x.io_bytes = 2 * nq * 4 + x.kv_bytes;
+      break;
+    case Storage::f16:
+    case Storage::bf16: {
+      const DType t = st == Storage::f16 ? DType::f16 : DType::bf16;
+      x.q16 = to_16bit(in.q, t);
+      x.k16 = to_16bit(in.k, t);
+      x.v16 = to_16bit(in.v, t);
+      x.o16.resize(in.q.size());
+      x.q = TensorView::contiguous(x.q16.data(), t, qs);
+      x.k = TensorView::contiguous(x.k16.data(), t, kvs);
+      x.v = TensorView::contiguous(x.v16.data(), t, kvs);
+      x.o = TensorView::contiguous(x.o16.data(), t, qs);
+      x.kv_bytes = 2 * nkv * 2;
+      x.io_bytes = 2 * nq * 2 + x.kv_bytes;
+      break;
+    }
+    case Storage::i8:
+      quantize_i8(in.k, s.d, x.k8, x.k_scales);
+      quantize_i8(in.v, s.d, x.v8, x.v_scales);
+      x.o32.resize(in.q.size());
+      x.q = TensorView::contiguous(in.q.data(), DType::f32, qs);
+      x.k = TensorView::contiguous(x.k8.data(), DType::i8, kvs);
+      x.v = TensorView::contiguous(x.v8.data(), DType::i8, kvs);
+      x.o = TensorView::contiguous(x.o32.data(), DType::f32, qs);
+      x.ks = TensorView::contiguous(x.k_scales.data(), DType::f16, scs);
+      x.vs = TensorView::contiguous(x.v_scales.data(), DType::f16, scs);
+      x.kv_bytes = 2 * (nkv + nkv / kI8Group * 2);
+      x.io_bytes = 2 * nq * 4 + x.kv_bytes;
+      break;
+  }
+  return x;
+}
+
+// What every forward row is measured with.
+struct Setup {
+  Isa isa;
+  int threads, repeats;
+  bool round_p;
+  double peak, bw;
+};
+
+Row measure(const Shape& s, const Inputs& in, Storage st, const Setup& u) {
+  Row row;
+  row.s = s;
+  row.st = st;
+  const Stored x = store(s, in, st);
+  row.io_mib = x.io_bytes / (1 << 20);
   Options opt;
   opt.causal = s.causal;
-  opt.threads = threads;
-  opt.isa = isa;
-  const TensorView qv = TensorView::contiguous(q.data(), {s.b, s.h, s.n_q, s.d});
-  const TensorView kv = TensorView::contiguous(k.data(), {s.b, s.h_kv, s.n_kv, s.d});
-  const TensorView vv = TensorView::contiguous(v.data(), {s.b, s.h_kv, s.n_kv, s.d});
-  const TensorView ov = TensorView::contiguous(o.data(), {s.b, s.h, s.n_q, s.d});
+  opt.threads = u.threads;
+  opt.isa = u.isa;
+  opt.round_p = u.round_p;
+  opt.k_scales = x.ks;
+  opt.v_scales = x.vs;
   reset_peak_rss();
   const double rss0 = proc_status_mib("VmRSS:");
-  row.ms = time_ms(repeats, [&] { attention(qv, kv, vv, ov, opt); });
+  try {
+    row.ms = time_ms(u.repeats, [&] { attention(x.q, x.k, x.v, x.o, opt); });
+  } catch (const Error& e) {
+    row.error = e.what();
+    return row;
+  }
   row.extra_mib = std::max(0.0, proc_status_mib("VmHWM:") - rss0);
 
   double flop = 4.0 * s.b * s.h * s.n_q * s.n_kv * s.d;
   if (s.causal && s.n_q == s.n_kv) flop /= 2;
   row.gflops = flop / row.ms / 1e6;
-  row.pct_peak = sdpa::bench::percent_of_peak(row.gflops, peak);
-  const double kv_bytes = 2.0 * s.b * s.h_kv * s.n_kv * s.d * 4;
-  row.gbs = kv_bytes / row.ms / 1e6;
-  row.pct_bw = 100 * row.gbs / bw;
-#if SDPA_HAVE_BLAS_BASELINE
-  if (baseline) {
-    std::vector<float> scratch, ob(o.size());
-    row.blas_ms = time_ms(repeats, [&] {
-      sdpa::bench::blas_attention(q.data(), k.data(), v.data(), ob.data(), s.b, s.h, s.h_kv, s.n_q, s.n_kv, s.d, s.d,
-                                  static_cast<float>(1 / std::sqrt(double(s.d))), s.causal, threads, scratch);
-    });
-    row.speedup = row.blas_ms / row.ms;
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  }
-#else
-  (void)baseline;
-#endif
+  row.pct_peak = sdpa::bench::percent_of_peak(row.gflops, u.peak);
+  row.gbs = x.kv_bytes / row.ms / 1e6;
+  row.pct_bw = 100 * row.gbs / u.bw;
   return row;
+}
+
+// The OpenBLAS baseline's time on a shape (float32), or 0 when not built.
+double measure_blas(const Shape& s, const Inputs& in, const Setup& u) {
+#if SDPA_HAVE_BLAS_BASELINE
+  std::vector<float> scratch, ob(in.q.size());
+  const double ms = time_ms(u.repeats, [&] {
+    sdpa::bench::blas_attention(in.q.data(), in.k.data(), in.v.data(), ob.data(), s.b, s.h, s.h_kv, s.n_q, s.n_kv,
+                                s.d, s.d, static_cast<float>(1 / std::sqrt(double(s.d))), s.causal, u.threads,
+                                scratch);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  return ms;
+#else
+  (void)s, (void)in, (void)u;
+  return 0;
+#endif
+}
+
+// The peers' arguments for a shape: the same flags for peer_bench.py and ggml_flash_attn.
+std::string peer_shape_args(const Shape& s, int threads, int repeats) {
+  return fmt::format("--b {} --h {} --hkv {} --nq {} --nkv {} --d {}{} --threads {} --repeats {}", s.b, s.h, s.h_kv,
+                     s.n_q, s.n_kv, s.d, s.causal ? " --causal" : "", threads, repeats);
+}
+
+// ggml's K/V type for a storage (i8: q8_0, the same bytes per value and scale).
+const char* ggml_type(Storage st) {
+  switch (st) {
+    case Storage::f32: return "f32";
+    case Storage::f16: return "f16";
+    case Storage::bf16: return "bf16";
+    case Storage::i8: return "q8_0";
+  }
+  return "f32";
 }
 
 #if SDPA_HAVE_JSON
@@ -261,7 +442,7 @@ nlohmann::ordered_json shape_json(const Shape& s) {
 }
 #endif
 
-Row measure_backward(const Shape& s, const Isa isa, int threads, int repeats, double peak, const PythonPeer* peer) {
+Row measure_backward(const Shape& s, const Isa isa, int threads, int repeats, double peak, const Peer* peer) {
   Row row;
   row.s = s;
   std::mt19937 rng(42);
@@ -297,11 +478,7 @@ Row measure_backward(const Shape& s, const Isa isa, int threads, int repeats, do
   row.pct_peak = sdpa::bench::percent_of_peak(row.gflops, peak);
   if (peer) {
     std::string why;
-    const double ms = peer->run(fmt::format("torch --pass backward --b {} --h {} --hkv {} --nq {} --nkv {} --d {}{} "
-                                            "--threads {} --repeats {}",
-                                            s.b, s.h, s.h_kv, s.n_q, s.n_kv, s.d, s.causal ? " --causal" : "", threads,
-                                            repeats),
-                                why);
+    const double ms = peer->run("torch --pass backward " + peer_shape_args(s, threads, repeats), why);
     if (ms > 0) {
       row.peer_ms = ms;
       row.vs_peer = ms / row.ms;
@@ -318,7 +495,7 @@ int run_backward_bench(const std::vector<Shape>& shapes, Isa isa, int t, int rep
   std::printf("FMA peak (float32, %d-lane FMA chains, %d threads): %.1f GFLOP/s\n", sdpa::bench::fma_lanes(isa), t,
               peak_gflops);
   // The peer: probed once on a tiny shape; the bench goes on without it.
-  PythonPeer peer(python);
+  const Peer peer(python, kPeerBenchPy);
   std::string why;
   const bool have_peer = peer.run("torch --pass backward --b 1 --h 1 --hkv 1 --nq 8 --nkv 8 --d 8 --repeats 1", why) > 0;
   if (have_peer)
@@ -369,23 +546,104 @@ int run_backward_bench(const std::vector<Shape>& shapes, Isa isa, int t, int rep
   return kExitOk;
 }
 
-int run_bench(const std::string& which, std::vector<std::int64_t> ns, int threads, int repeats, bool baseline,
-              const std::string& isa_flag, const std::string& json_path, bool backward, std::string python) {
+// `sdpa bench`'s flags.
+struct BenchArgs {
+  std::string which = "all";
+  std::vector<std::int64_t> ns, nkvs;
+  std::vector<std::string> dtypes = {"f32"};
+  bool backward = false, baseline = true, round_p = false;
+  std::string python, ggml, isa = "auto", json;
+  int threads = 0, repeats = 3;
+};
+
+// What a row's storage holds, for the legend above the table.
+const char* storage_legend(Storage st) {
+  switch (st) {
+    case Storage::f32: return "f32: Q, K, V, O float32";
+    case Storage::f16: return "f16: Q, K, V, O float16";
+    case Storage::bf16: return "bf16: Q, K, V, O bfloat16";
+    case Storage::i8: return "i8: K, V int8 with a float16 scale per 32 values (q8_0's bytes), Q, O float32";
+  }
+  return "";
+}
+
+std::string cell(bool have, double x, const char* format) {
+  return have ? fmt::format(fmt::runtime(format), x) : std::string("-");
+}
+
+// The forward table's lines: fixed columns, then the peers' when they run.
+std::string header_line(bool torch, bool ggml) {
+  std::string line = fmt::format("{:<8} {:>3} {:>3} {:>4} {:>6} {:>6} {:>4} {:<6} {:<5} {:>9} {:>8} {:>7} {:>8} {:>6} "
+                                 "{:>7} {:>9} {:>8}",
+                                 "shape", "B", "H", "Hkv", "Nq", "Nkv", "d", "causal", "dtype", "ms", "GFLOP/s", "%peak",
+                                 "GB/s", "%bw", "vs f32", "blas ms", "speedup");
+  if (torch) line += fmt::format(" {:>10} {:>9}", "torch ms", "vs torch");
+  if (ggml) line += fmt::format(" {:>9} {:>8}", "ggml ms", "vs ggml");
+  return line + fmt::format(" {:>9} {:>9}", "io MiB", "extra MiB");
+}
+
+std::string row_line(const Row& r, bool torch, bool ggml) {
+  const Shape& s = r.s;
+  const bool ran = r.error.empty(), dec = s.kind == "decode";
+  std::string line = fmt::format(
+      "{:<8} {:>3} {:>3} {:>4} {:>6} {:>6} {:>4} {:<6} {:<5} {:>9} {:>8} {:>7} {:>8} {:>6} {:>7} {:>9} {:>8}", s.kind,
+      s.b, s.h, s.h_kv, s.n_q, s.n_kv, s.d, s.causal ? "yes" : "no", storage_name(r.st), cell(ran, r.ms, "{:.2f}"),
+      cell(ran, r.gflops, "{:.1f}"), cell(ran, r.pct_peak, "{:.1f}%"), cell(ran && dec, r.gbs, "{:.1f}"),
+      cell(ran && dec, r.pct_bw, "{:.1f}%"), cell(r.vs_f32 > 0, r.vs_f32, "{:.2f}x"),
+      cell(r.blas_ms > 0, r.blas_ms, "{:.2f}"), cell(r.speedup > 0, r.speedup, "{:.2f}x"));
+  if (torch)
+    line += fmt::format(" {:>10} {:>9}", cell(r.peer_ms > 0, r.peer_ms, "{:.2f}"),
+                        cell(r.vs_peer > 0, r.vs_peer, "{:.2f}x"));
+  if (ggml)
+    line += fmt::format(" {:>9} {:>8}", cell(r.ggml_ms > 0, r.ggml_ms, "{:.2f}"),
+                        cell(r.vs_ggml > 0, r.vs_ggml, "{:.2f}x"));
+  return line + fmt::format(" {:>9.1f} {:>9}", r.io_mib, cell(ran, r.extra_mib, "{:.1f}"));
+}
+
+// A peer probed once on a tiny shape: what it reports it runs, or "" (and
+// why, printed) when it fails; the bench goes on without it.
+std::string probe(const Peer& peer, const std::string& args, const char* what, const char* hint) {
+  std::string why;
+  if (peer.run(args, why) > 0) {
+    std::printf("peer: %s (%s)\n", peer.kernel.c_str(), peer.name().c_str());
+    return peer.kernel;
+  }
+  std::printf("peer: %s not timed: %s (%s)%s\n", what, why.c_str(), peer.name().c_str(), hint);
+  return "";
+}
+
+int run_bench(BenchArgs a) {
+  std::vector<std::int64_t>& ns = a.ns;
+  const std::string& which = a.which;
+  const bool backward = a.backward;
+  bool baseline = a.baseline;
   if (ns.empty()) ns = backward ? std::vector<std::int64_t>{1024, 4096} : std::vector<std::int64_t>{512, 1024, 2048, 4096, 8192};
+  if (a.nkvs.empty()) a.nkvs = {1024, 4096, 16384};
   if (backward && which == "decode") throw UsageError("--shapes: --backward times prefill shapes (all or prefill), got 'decode'");
-  if (threads < 0) throw UsageError("--threads: expected >= 0, got " + std::to_string(threads));
-  if (repeats < 1) throw UsageError("--repeats: expected >= 1, got " + std::to_string(repeats));
+  if (a.threads < 0) throw UsageError("--threads: expected >= 0, got " + std::to_string(a.threads));
+  if (a.repeats < 1) throw UsageError("--repeats: expected >= 1, got " + std::to_string(a.repeats));
   if (which != "all" && which != "prefill" && which != "decode")
     throw UsageError("--shapes: expected all, prefill or decode, got '" + which + "'");
+  const std::vector<Storage> storages = parse_storages(a.dtypes);
+  if (backward && (storages.size() != 1 || storages[0] != Storage::f32))
+    throw UsageError("--dtype: --backward times float32 (f32), got '" + std::string(storage_name(storages.back())) +
+                     "'");
+  if (backward && !a.ggml.empty()) throw UsageError("--ggml: the ggml peer times the forward pass, not --backward");
+  if (!a.ggml.empty()) {
+    struct stat st;
+    if (::stat(a.ggml.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || ::access(a.ggml.c_str(), X_OK) != 0)
+      throw UsageError("--ggml: expected the ggml_flash_attn program (cmake -DSDPA_GGML_DIR=..., see README), got '" +
+                       a.ggml + "' (not an executable file)");
+  }
   Isa isa;
   try {
-    isa = parse_isa(isa_flag);
+    isa = parse_isa(a.isa);
   } catch (const Error& e) {
     throw cli_error(e);
   }
   isa = resolve_isa(isa);
 #if !SDPA_HAVE_JSON
-  if (!json_path.empty())
+  if (!a.json.empty())
     throw UsageError("--json: this sdpa was built without nlohmann-json; apt-get install nlohmann-json3-dev, then "
                      "re-run cmake and rebuild");
 #endif
@@ -395,24 +653,30 @@ int run_bench(const std::string& which, std::vector<std::int64_t> ns, int thread
                 "rebuild\n");
   baseline = false;
 #endif
-  // The sizes --n implies, checked before any work: Q, K, V, O of the
-  // largest prefill shape (and the baseline's Nq x Nkv scores).
+  // The sizes --n and --nkv imply, checked before any work: Q, K, V, O of
+  // the largest shape in float32, again in a second storage (and the
+  // baseline's Nq x Nkv scores).
   for (const std::int64_t n : ns)
     if (n < 1) throw UsageError(fmt::format("--n: expected sequence lengths >= 1, got {}", n));
-  for (const Shape& s : default_shapes(which, ns)) {
+  for (const std::int64_t n : a.nkvs)
+    if (n < 1) throw UsageError(fmt::format("--nkv: expected cache lengths >= 1, got {}", n));
+  const bool two_copies = storages.size() > 1 || storages[0] != Storage::f32;
+  for (const Shape& s : default_shapes(backward ? "prefill" : which, ns, a.nkvs)) {
     const std::uint64_t q = mul_sat(mul_sat(mul_sat(s.b, s.h), s.n_q), s.d),
                         kv = mul_sat(mul_sat(mul_sat(s.b, s.h_kv), s.n_kv), s.d);
-    std::uint64_t bytes = mul_sat(add_sat(mul_sat(2, q), mul_sat(2, kv)), sizeof(float));
+    std::uint64_t bytes = mul_sat(mul_sat(add_sat(mul_sat(2, q), mul_sat(2, kv)), sizeof(float)), two_copies ? 2 : 1);
     if (baseline) bytes = add_sat(bytes, mul_sat(mul_sat(s.n_q, s.n_kv), sizeof(float)));
-    check_fits_memory("--n", std::to_string(s.n_q), bytes,
+    const bool dec = s.kind == "decode";
+    check_fits_memory(dec ? "--nkv" : "--n", std::to_string(dec ? s.n_kv : s.n_q), bytes,
                       baseline ? "Q, K, V, O and the baseline's scores" : "Q, K, V and O");
   }
-  if (!json_path.empty()) check_destination("--json", json_path);
-  const int t = sdpa::bench::resolve_threads(threads);
+  if (!a.json.empty()) check_destination("--json", a.json);
+  const int t = sdpa::bench::resolve_threads(a.threads);
   std::sort(ns.begin(), ns.end());
+  std::sort(a.nkvs.begin(), a.nkvs.end());
   if (backward) {
-    if (python.empty()) python = default_python();
-    return run_backward_bench(default_shapes("prefill", ns), isa, t, repeats, python, json_path);
+    if (a.python.empty()) a.python = default_python();
+    return run_backward_bench(default_shapes("prefill", ns, a.nkvs), isa, t, a.repeats, a.python, a.json);
   }
 
   std::printf("machine: %u hardware threads; measuring with %d thread%s, isa %s (kernels %s)\n",
@@ -420,52 +684,133 @@ int run_bench(const std::string& which, std::vector<std::int64_t> ns, int thread
   const int lanes = sdpa::bench::fma_lanes(isa);
   const double peak_gflops = sdpa::bench::fma_peak_gflops(isa, t);
   const double read_bw_gbs = sdpa::bench::measure_read_bandwidth_gbs(t);
-  std::printf("FMA peak (float32, %d-lane FMA chains, %d threads): %.1f GFLOP/s    DRAM read bandwidth: %.1f GB/s\n\n",
+  std::printf("FMA peak (float32, %d-lane FMA chains, %d threads): %.1f GFLOP/s    DRAM read bandwidth: %.1f GB/s\n",
               lanes, t, peak_gflops, read_bw_gbs);
+  // The peers: PyTorch for prefill rows only when --python names a Python
+  // (the forward table is sdpa's own by default), ggml for decode rows.
+  const std::vector<Shape> shapes = default_shapes(which, ns, a.nkvs);
+  const bool any_prefill = std::any_of(shapes.begin(), shapes.end(), [](const Shape& s) { return s.kind == "prefill"; });
+  const bool any_decode = std::any_of(shapes.begin(), shapes.end(), [](const Shape& s) { return s.kind == "decode"; });
+  std::optional<Peer> torch, ggml;
+  std::string torch_kernel, ggml_kernel;
+  if (!a.python.empty() && any_prefill) {
+    torch.emplace(a.python, kPeerBenchPy);
+    torch_kernel = probe(*torch, "torch --pass forward --dtype f32 --b 1 --h 1 --hkv 1 --nq 8 --nkv 8 --d 8 --repeats 1",
+                         "PyTorch", " (pip install torch in a virtual environment, then --python PATH/bin/python3)");
+    if (torch_kernel.empty()) torch.reset();
+  }
+  if (!a.ggml.empty() && any_decode) {
+    ggml.emplace(a.ggml);
+    ggml_kernel = probe(*ggml, "--b 1 --h 1 --hkv 1 --nq 1 --nkv 64 --d 64 --type f16 --repeats 1", "ggml", "");
+    if (ggml_kernel.empty()) ggml.reset();
+  }
+  std::printf("dtype: ");
+  for (std::size_t i = 0; i < storages.size(); ++i)
+    std::printf("%s%s", i ? "; " : "", storage_legend(storages[i]));
+  std::printf("%s\n\n", a.round_p ? "; P rounded to 16 bits before P·V (--round-p)" : "");
 
-  std::printf("%-8s %3s %3s %4s %6s %6s %4s %-6s %9s %8s %7s %8s %6s %9s %8s %9s %9s\n", "shape", "B", "H", "Hkv", "Nq",
-              "Nkv", "d", "causal", "ms", "GFLOP/s", "%peak", "GB/s", "%bw", "blas ms", "speedup", "io MiB", "extra MiB");
+  const Setup setup{isa, t, a.repeats, a.round_p, peak_gflops, read_bw_gbs};
+  std::printf("%s\n", header_line(bool(torch), bool(ggml)).c_str());
   std::vector<Row> rows;
-  for (const Shape& s : default_shapes(which, ns)) {
-    const Row r = measure(s, isa, t, repeats, baseline, peak_gflops, read_bw_gbs);
-    rows.push_back(r);
-    const bool dec = s.kind == "decode";
-    std::printf("%-8s %3lld %3lld %4lld %6lld %6lld %4lld %-6s %9.2f %8.1f %6.1f%% %8s %6s %9s %8s %9.1f %9.1f\n",
-                s.kind.c_str(), (long long)s.b, (long long)s.h, (long long)s.h_kv, (long long)s.n_q,
-                (long long)s.n_kv, (long long)s.d, s.causal ? "yes" : "no", r.ms, r.gflops, r.pct_peak,
-                dec ? fmt::format("{:.1f}", r.gbs).c_str() : "-", dec ? fmt::format("{:.1f}%", r.pct_bw).c_str() : "-",
-                baseline ? fmt::format("{:.2f}", r.blas_ms).c_str() : "-",
-                baseline ? fmt::format("{:.2f}x", r.speedup).c_str() : "-", r.io_mib, r.extra_mib);
+  std::vector<std::string> notes;
+  for (const Shape& s : shapes) {
+    const Inputs in = draw(s);
+    const std::size_t first = rows.size();
+    for (const Storage st : storages) rows.push_back(measure(s, in, st, setup));
+    // The f32 row of this shape, the float32 baseline, then the peers, each after sdpa's rows.
+    double f32_ms = 0;
+    for (std::size_t i = first; i < rows.size(); ++i)
+      if (rows[i].st == Storage::f32 && rows[i].error.empty()) f32_ms = rows[i].ms;
+    const double blas_ms = baseline ? measure_blas(s, in, setup) : 0;
+    for (std::size_t i = first; i < rows.size(); ++i) {
+      Row& r = rows[i];
+      if (!r.error.empty()) {
+        const std::string note = fmt::format("{} rows not run: {}", storage_name(r.st), r.error);
+        if (std::find(notes.begin(), notes.end(), note) == notes.end()) notes.push_back(note);
+        continue;
+      }
+      if (f32_ms > 0) r.vs_f32 = f32_ms / r.ms;
+      if (blas_ms > 0) {
+        r.blas_ms = blas_ms;
+        r.speedup = blas_ms / r.ms;
+      }
+      std::string why;
+      if (torch && s.kind == "prefill" && r.st != Storage::i8) {
+        const double ms = torch->run(fmt::format("torch --pass forward --dtype {} {}", storage_name(r.st),
+                                                 peer_shape_args(s, t, a.repeats)),
+                                     why);
+        if (ms > 0) {
+          r.peer_ms = ms;
+          r.vs_peer = ms / r.ms;
+        }
+      }
+      if (ggml && s.kind == "decode") {
+        const double ms =
+            ggml->run(fmt::format("--type {} {}", ggml_type(r.st), peer_shape_args(s, t, a.repeats)), why);
+        if (ms > 0) {
+          r.ggml_ms = ms;
+          r.vs_ggml = ms / r.ms;
+        }
+      }
+      if (!why.empty()) {
+        const std::string note = fmt::format("peer not timed on a {} {} row: {}", s.kind, storage_name(r.st), why);
+        if (std::find(notes.begin(), notes.end(), note) == notes.end()) notes.push_back(note);
+      }
+    }
+    for (std::size_t i = first; i < rows.size(); ++i) std::printf("%s\n", row_line(rows[i], bool(torch), bool(ggml)).c_str());
     std::fflush(stdout);
   }
+  if (!notes.empty()) std::printf("\n");
+  for (const std::string& n : notes) std::printf("%s\n", n.c_str());
 
 #if SDPA_HAVE_JSON
-  if (!json_path.empty()) {
+  if (!a.json.empty()) {
     // ordered_json keeps the keys in the order written here.
     nlohmann::ordered_json js;
     js["threads"] = t;
     js["isa"] = isa_name(isa);
     js["fma_peak_gflops"] = peak_gflops;
     js["read_bw_gbs"] = read_bw_gbs;
-    nlohmann::ordered_json& shapes = js["shapes"] = nlohmann::ordered_json::array();
+    nlohmann::ordered_json& dt = js["dtypes"] = nlohmann::ordered_json::array();
+    for (const Storage st : storages) dt.push_back(storage_name(st));
+    if (std::find(storages.begin(), storages.end(), Storage::i8) != storages.end())
+      js["i8_scales"] = {{"dtype", "float16"}, {"group", kI8Group}};
+    js["round_p"] = a.round_p;
+    js["peers"] = {{"torch", torch_kernel}, {"ggml", ggml_kernel}};
+    nlohmann::ordered_json& out = js["shapes"] = nlohmann::ordered_json::array();
     for (const Row& r : rows) {
       nlohmann::ordered_json x;
       x["kind"] = r.s.kind;
       x.update(shape_json(r.s));
+      x["dtype"] = storage_name(r.st);
+      if (!r.error.empty()) {
+        x["error"] = r.error;
+        out.push_back(std::move(x));
+        continue;
+      }
       x["ms"] = r.ms;
       x["gflops"] = r.gflops;
       x["pct_peak"] = r.pct_peak;
       x["kv_gbs"] = r.gbs;
       x["pct_bw"] = r.pct_bw;
-      if (baseline) {
+      if (r.vs_f32 > 0) x["vs_f32"] = r.vs_f32;
+      if (r.blas_ms > 0) {
         x["blas_ms"] = r.blas_ms;
         x["speedup"] = r.speedup;
       }
+      if (r.peer_ms > 0) {
+        x["torch_ms"] = r.peer_ms;
+        x["vs_torch"] = r.vs_peer;
+      }
+      if (r.ggml_ms > 0) {
+        x["ggml_ms"] = r.ggml_ms;
+        x["vs_ggml"] = r.vs_ggml;
+      }
       x["io_mib"] = r.io_mib;
       x["extra_mib"] = r.extra_mib;
-      shapes.push_back(std::move(x));
+      out.push_back(std::move(x));
     }
-    write_json(json_path, js);
+    write_json(a.json, js);
   }
 #endif
   return kExitOk;
@@ -473,37 +818,47 @@ int run_bench(const std::string& which, std::vector<std::int64_t> ns, int thread
 
 const Registrar reg{{"bench", "Benchmark sdpa against the measured FMA peak, DRAM bandwidth and an OpenBLAS baseline",
                      [](CLI::App& sub) -> std::function<int()> {
-                       auto which = std::make_shared<std::string>("all");
-                       auto ns = std::make_shared<std::vector<std::int64_t>>();
-                       auto backward = std::make_shared<bool>(false);
-                       auto python = std::make_shared<std::string>();
-                       auto threads = std::make_shared<int>(0);
-                       auto repeats = std::make_shared<int>(3);
+                       auto a = std::make_shared<BenchArgs>();
                        auto no_baseline = std::make_shared<bool>(false);
-                       auto isa = std::make_shared<std::string>("auto");
-                       auto json = std::make_shared<std::string>();
-                       sub.add_option("--shapes", *which, "all, prefill or decode")->capture_default_str();
-                       sub.add_option("--n", *ns,
+                       sub.add_option("--shapes", a->which, "all, prefill or decode")->capture_default_str();
+                       sub.add_option("--n", a->ns,
                                       "prefill sequence lengths N (Nq = Nkv); default 512 1024 2048 4096 8192, "
                                       "1024 4096 with --backward");
-                       sub.add_flag("--backward", *backward,
-                                    "time the backward pass (dQ, dK, dV) against PyTorch's CPU backward");
-                       sub.add_option("--python", *python,
-                                      "the Python whose torch is the --backward peer (default: $SDPA_PEER_PYTHON, "
-                                      ".venv/bin/python3, python3)")
-                           ->type_name("PATH");
-                       sub.add_option("--threads", *threads, "threads (0 = all hardware threads)")
+                       sub.add_option("--nkv", a->nkvs,
+                                      "decode cache lengths Nkv (Nq = 1, GQA H=32/Hkv=8 and MHA H=Hkv=32, d=128); "
+                                      "default 1024 4096 16384");
+                       sub.add_option("--dtype", a->dtypes,
+                                      "storages timed side by side, repeatable or a comma list: f32, f16, bf16, i8 "
+                                      "(int8 K/V, float16 scales per 32 values)")
+                           ->delimiter(',')
                            ->capture_default_str();
-                       sub.add_option("--repeats", *repeats, "timed repeats per shape (the median is reported)")
+                       sub.add_flag("--round-p", a->round_p,
+                                    "round P to 16 bits before P·V with f16/bf16 V (Options::round_p)");
+                       sub.add_flag("--backward", a->backward,
+                                    "time the backward pass (dQ, dK, dV) against PyTorch's CPU backward");
+                       sub.add_option("--python", a->python,
+                                      "the Python whose torch is the peer: of the prefill rows (f32, f16, bf16) when "
+                                      "given; of --backward always (default: $SDPA_PEER_PYTHON, .venv/bin/python3, "
+                                      "python3)")
+                           ->type_name("PATH");
+                       sub.add_option("--ggml", a->ggml,
+                                      "the ggml_flash_attn program (built with -DSDPA_GGML_DIR): ggml's "
+                                      "flash_attn_ext as the peer of the decode rows")
+                           ->type_name("PATH");
+                       sub.add_option("--threads", a->threads, "threads (0 = all hardware threads)")
+                           ->capture_default_str();
+                       sub.add_option("--repeats", a->repeats, "timed repeats per shape (the median is reported)")
                            ->capture_default_str();
                        sub.add_flag("--no-baseline", *no_baseline, "skip the OpenBLAS baseline");
-                       sub.add_option("--isa", *isa, "Kernel instruction set: " + isa_choices())->capture_default_str();
-                       sub.add_option("--json", *json, "also write the results as JSON to this file")
+                       sub.add_option("--isa", a->isa, "Kernel instruction set: " + isa_choices())
+                           ->capture_default_str();
+                       sub.add_option("--json", a->json, "also write the results as JSON to this file")
                            ->type_name("PATH")
                            ->check(file_name());
                        return [=] {
-                         return run_bench(*which, *ns, *threads, *repeats, !*no_baseline, *isa, *json, *backward,
-                                          *python);
+                         BenchArgs args = *a;
+                         args.baseline = !*no_baseline;
+                         return run_bench(std::move(args));
                        };
                      },
                      60}};

@@ -1,9 +1,12 @@
 // `sdpa run`: attention on .npy files, forward and (with --do) backward.
 //
 // Inputs are read whole, interpreted in the chosen layout and handed to the
-// library as views (float32 files in [B, N, H, d] memory are not copied; the
-// bshd view's strides do the transposition). Every output is computed before
-// any file is touched, and the files are then staged next to their
+// library as views (float32 and float16 files in [B, N, H, d] memory are not
+// copied; the bshd view's strides do the transposition). --storage converts
+// Q, K, V and dO once on load to the dtype the library is to read, and O and
+// the gradients are written in --out-dtype, by default float16 from float16
+// and float32 otherwise (float64 with --reference). Every output is computed
+// before any file is touched, and the files are then staged next to their
 // destinations and renamed into place together, so a failing run leaves no
 // output of its own behind and existing files unchanged.
 #include <fmt/format.h>
@@ -57,6 +60,9 @@ struct RunArgs {
   std::string dropout, seed = "0", dropout_offset = "0", dropout_mask;
   // Backward: dO in, dQ, dK, dV (and dsinks) out.
   std::string d_o, dq, dk, dv, dsinks;
+  // Storage: what Q, K, V and dO are converted to on load (auto: nothing, as
+  // in their files), and the dtype of O and the gradients.
+  std::string storage = "auto", out_dtype = "auto";
 };
 
 // Everything a failure message needs to name: the flag and the file.
@@ -109,7 +115,7 @@ TensorView layout_view(const void* data, DType dtype, const std::array<std::int6
 struct Input {
   Named name;
   io::NpyArray array;
-  std::vector<float> converted;  // float64 file where float32 is wanted
+  std::vector<std::byte> converted;  // the file's values in another dtype (--storage, float64 on the fast path)
   std::array<std::int64_t, 4> dims{};
   bool in_layout = false;  // read through --layout (dims is then its [B, H, N, d])
   TensorView view;
@@ -126,15 +132,43 @@ io::NpyArray read_input(const std::string& flag, const std::string& path) {
   }
 }
 
-// The float64 data of `in` as float32, in in.converted.
-const float* convert_to_f32(Input& in) {
-  const double* src = in.array.as<double>();
-  in.converted.assign(src, src + in.array.numel());
+bool is_float(DType t) { return t == DType::f32 || t == DType::f64 || t == DType::f16 || t == DType::bf16; }
+
+// The file's data as `dtype`, in in.converted (sdpa::convert: round to nearest even).
+const void* convert_input(Input& in, DType dtype) {
+  const std::int64_t n = in.array.numel();
+  in.converted.resize(static_cast<std::size_t>(n) * dtype_size(dtype));
+  if (n > 0)
+    sdpa::convert(TensorView::contiguous(in.array.data.data(), in.array.dtype, {n}),
+                  TensorView::contiguous(in.converted.data(), dtype, {n}));
   return in.converted.data();
 }
 
+// The data and dtype the library reads for Q, K, V or dO: the file's, or
+// --storage's; a float64 file becomes float32 on the fast path. Other
+// dtypes are handed over as they are, for the library to name.
+std::pair<const void*, DType> stored_input(Input& in, std::optional<DType> storage, bool reference) {
+  const DType file = in.array.dtype;
+  // The library reads int8 K/V only with their scales, which no flag here supplies.
+  if (file == DType::i8)
+    throw UsageError(fmt::format("{}: expected float16, float32 or float64 (sdpa run takes no int8 scales), got "
+                                 "int8 {}",
+                                 in.name.who(), join_dims(in.array.shape)));
+  DType want = file;
+  if (is_float(file)) {
+    if (storage) {
+      want = *storage;
+    } else if (file == DType::f64 && !reference) {
+      want = DType::f32;
+    }
+  }
+  if (want == file) return {in.array.data.data(), file};
+  return {convert_input(in, want), want};
+}
+
 // Q, K, V or dO: an array in --layout.
-Input load_input(const std::string& flag, const std::string& path, Layout layout, bool reference) {
+Input load_input(const std::string& flag, const std::string& path, Layout layout, std::optional<DType> storage,
+                 bool reference) {
   Input in;
   in.name = {flag, path};
   in.array = read_input(flag, path);
@@ -150,17 +184,13 @@ Input load_input(const std::string& flag, const std::string& path, Layout layout
   }
   in.dims = to_bhnd(a.shape, layout);
   in.in_layout = true;
-  if (a.dtype == DType::f64 && !reference) {
-    // The fast path is float32-only.
-    in.view = layout_view(convert_to_f32(in), DType::f32, in.dims, layout);
-  } else {
-    in.view = layout_view(a.data.data(), a.dtype, in.dims, layout);
-  }
+  const auto [data, dtype] = stored_input(in, storage, reference);
+  in.view = layout_view(data, dtype, in.dims, layout);
   return in;
 }
 
 // A packed array [total, heads, d] (Q, K, V, dO with --cu-seqlens-q/k).
-Input load_packed(const std::string& flag, const std::string& path, bool reference) {
+Input load_packed(const std::string& flag, const std::string& path, std::optional<DType> storage, bool reference) {
   Input x;
   x.name = {flag, path};
   x.array = read_input(flag, path);
@@ -169,12 +199,7 @@ Input load_packed(const std::string& flag, const std::string& path, bool referen
   if (a.shape.size() != 3)
     throw UsageError(fmt::format("{}: expected a 3-D array [total, heads, d] with --cu-seqlens-q/k, got {} {}",
                                  x.name.who(), dtype_name(a.dtype), join_dims(a.shape)));
-  const void* data = a.data.data();
-  DType dtype = a.dtype;
-  if (a.dtype == DType::f64 && !reference) {
-    data = convert_to_f32(x);
-    dtype = DType::f32;
-  }
+  const auto [data, dtype] = stored_input(x, storage, reference);
   x.view = TensorView::contiguous(data, dtype, {a.shape[0], a.shape[1], a.shape[2]});
   return x;
 }
@@ -194,7 +219,7 @@ Input load_plain(const std::string& flag, const std::string& path, bool to_f32, 
   const void* data = a.data.data();
   DType dtype = a.dtype;
   if (to_f32 && a.dtype == DType::f64) {
-    data = convert_to_f32(in);
+    data = convert_input(in, DType::f32);
     dtype = DType::f32;
   }
   // A 0-d file (one number) is a view of shape [1], which broadcasts as it does in NumPy.
@@ -312,7 +337,41 @@ struct Settings {
   Isa isa = Isa::automatic;
   int threads = 0;
   bool backward = false;
+  std::optional<DType> storage;    // unset: Q, K, V, dO as in their files
+  std::optional<DType> out_dtype;  // unset: auto (see output_dtype)
 };
+
+// --storage: the dtype Q, K, V and dO are converted to on load (unset: auto).
+std::optional<DType> parse_storage(const std::string& text) {
+  if (text == "auto") return std::nullopt;
+  if (text == "f32") return DType::f32;
+  if (text == "f16") return DType::f16;
+  if (text == "bf16") return DType::bf16;
+  throw UsageError(fmt::format("--storage: expected auto, f32, f16 or bf16, got '{}'", text));
+}
+
+// --out-dtype: the dtype O and the gradients are written in (unset: auto).
+std::optional<DType> parse_out_dtype(const std::string& text, bool reference) {
+  if (text == "auto") return std::nullopt;
+  if (text == "f32") return DType::f32;
+  if (text == "f16") return DType::f16;
+  if (text == "f64" && reference) return DType::f64;
+  if (text == "f64")
+    throw UsageError("--out-dtype: expected auto, f32 or f16 on the fast path (f64 with --reference), got 'f64'");
+  if (text == "bf16")
+    throw UsageError("--out-dtype: expected auto, f32, f16 or f64 (with --reference), got 'bf16' (.npy has no "
+                     "bfloat16; --storage bf16 computes from bfloat16 and writes float32)");
+  throw UsageError(fmt::format("--out-dtype: expected auto, f32, f16 or f64 (with --reference), got '{}'", text));
+}
+
+// The dtype of O (or of a gradient) whose input the library reads as
+// `stored`: --out-dtype, else float16 from float16 and float32 otherwise
+// (float64 with --reference); bfloat16, which .npy cannot hold, gives float32.
+DType output_dtype(const Settings& s, DType stored, bool reference) {
+  if (s.out_dtype) return *s.out_dtype;
+  if (reference) return DType::f64;
+  return stored == DType::f16 ? DType::f16 : DType::f32;
+}
 
 // The backward's flags come together: dO in, dQ, dK and dV out.
 void check_backward_flags(const RunArgs& args) {
@@ -359,6 +418,8 @@ Settings check_flags(const RunArgs& args) {
   s.dropout_offset = parse_u64("--dropout-offset", args.dropout_offset);
   check_backward_flags(args);
   s.backward = !args.d_o.empty();
+  s.storage = parse_storage(args.storage);
+  s.out_dtype = parse_out_dtype(args.out_dtype, args.reference);
 
   if (args.cu_seqlens_q.empty() != args.cu_seqlens_k.empty())
     throw UsageError("--cu-seqlens-q and --cu-seqlens-k: expected both (a packed batch) or neither");
@@ -472,7 +533,10 @@ void print_summary(const std::string& head, const std::vector<const Input*>& inp
            {"shape", Justify::left},
            {"as [B, H, N, d]", Justify::left}});
   for (const Input* in : inputs) {
-    t.add_row({in->name.flag, in->name.path, dtype_name(in->array.dtype), join_dims(in->array.shape),
+    const std::string dtype = in->view.dtype == in->array.dtype
+                                  ? dtype_name(in->array.dtype)
+                                  : fmt::format("{} as {}", dtype_name(in->array.dtype), dtype_name(in->view.dtype));
+    t.add_row({in->name.flag, in->name.path, dtype, join_dims(in->array.shape),
                in->in_layout ? join_dims({in->dims.begin(), in->dims.end()}) : ""});
   }
   for (const Output& out : outputs.list())
@@ -486,27 +550,29 @@ void print_summary(const std::string& head, const std::vector<const Input*>& inp
 int run_packed(const RunArgs& args, const Settings& s) {
   Input cu_q = load_plain("--cu-seqlens-q", args.cu_seqlens_q, false, "prefix sums [n + 1]");
   Input cu_k = load_plain("--cu-seqlens-k", args.cu_seqlens_k, false, "prefix sums [n + 1]");
-  const Input q = load_packed("--q", args.q, args.reference);
-  const Input k = load_packed("--k", args.k, args.reference);
-  const Input v = load_packed("--v", args.v, args.reference);
+  const Input q = load_packed("--q", args.q, s.storage, args.reference);
+  const Input k = load_packed("--k", args.k, s.storage, args.reference);
+  const Input v = load_packed("--v", args.v, s.storage, args.reference);
   std::optional<Input> d_o;
-  if (s.backward) d_o = load_packed("--do", args.d_o, args.reference);
+  if (s.backward) d_o = load_packed("--do", args.d_o, s.storage, args.reference);
   const Modifiers m = load_modifiers(args);
   std::vector<const Input*> inputs = input_list({&q, &k, &v}, m, d_o);
   inputs.push_back(&cu_q);
   inputs.push_back(&cu_k);
 
   const std::int64_t tq = q.array.shape[0], h = q.array.shape[1], dv = v.array.shape[2];
-  const DType out_dtype = args.reference ? DType::f64 : DType::f32;
+  // lse (and dsinks) are float32 (float64 with --reference); O and the gradients see output_dtype.
+  const DType stat_dtype = args.reference ? DType::f64 : DType::f32;
+  const DType o_dtype = output_dtype(s, q.view.dtype, args.reference);
   Outputs outputs;
   Options opt = base_options(args, s, m);
-  void* o = outputs.add({"--out", args.out}, out_dtype, {tq, h, dv});
+  void* o = outputs.add({"--out", args.out}, o_dtype, {tq, h, dv});
   void* lse = nullptr;
   if (!args.lse.empty() || s.backward)
-    lse = outputs.add(args.lse.empty() ? Named{"--lse", "(for the backward)"} : Named{"--lse", args.lse}, out_dtype,
+    lse = outputs.add(args.lse.empty() ? Named{"--lse", "(for the backward)"} : Named{"--lse", args.lse}, stat_dtype,
                       {h, tq}, !args.lse.empty());
-  if (lse) opt.lse = TensorView::contiguous(lse, out_dtype, {h, tq});
-  const TensorView o_view = TensorView::contiguous(o, out_dtype, {tq, h, dv});
+  if (lse) opt.lse = TensorView::contiguous(lse, stat_dtype, {h, tq});
+  const TensorView o_view = TensorView::contiguous(o, o_dtype, {tq, h, dv});
   try {
     attention_varlen(q.view, k.view, v.view, o_view, cu_q.view, cu_k.view, opt, -1, -1, args.reference);
   } catch (const Error& e) {
@@ -514,14 +580,16 @@ int run_packed(const RunArgs& args, const Settings& s) {
   }
   if (s.backward) {
     Gradients g;
-    g.dq = TensorView::contiguous(outputs.add({"--dq", args.dq}, out_dtype, q.array.shape), out_dtype,
-                                  std::span<const std::int64_t>(q.array.shape));
-    g.dk = TensorView::contiguous(outputs.add({"--dk", args.dk}, out_dtype, k.array.shape), out_dtype,
-                                  std::span<const std::int64_t>(k.array.shape));
-    g.dv = TensorView::contiguous(outputs.add({"--dv", args.dv}, out_dtype, v.array.shape), out_dtype,
-                                  std::span<const std::int64_t>(v.array.shape));
+    const auto gradient = [&](const char* flag, const std::string& path, const Input& of) {
+      const DType t = output_dtype(s, of.view.dtype, args.reference);
+      return TensorView::contiguous(outputs.add({flag, path}, t, of.array.shape), t,
+                                    std::span<const std::int64_t>(of.array.shape));
+    };
+    g.dq = gradient("--dq", args.dq, q);
+    g.dk = gradient("--dk", args.dk, k);
+    g.dv = gradient("--dv", args.dv, v);
     if (!args.dsinks.empty())
-      g.dsinks = TensorView::contiguous(outputs.add({"--dsinks", args.dsinks}, out_dtype, {h}), out_dtype, {h});
+      g.dsinks = TensorView::contiguous(outputs.add({"--dsinks", args.dsinks}, stat_dtype, {h}), stat_dtype, {h});
     try {
       attention_varlen_backward(q.view, k.view, v.view, o_view, opt.lse, d_o->view, g, cu_q.view, cu_k.view,
                                 backward_options(opt), -1, -1, args.reference);
@@ -542,11 +610,11 @@ int run_run(const RunArgs& args) {
   const Settings s = check_flags(args);
   if (!args.cu_seqlens_q.empty()) return run_packed(args, s);
 
-  const Input q = load_input("--q", args.q, s.layout, args.reference);
-  const Input k = load_input("--k", args.k, s.layout, args.reference);
-  const Input v = load_input("--v", args.v, s.layout, args.reference);
+  const Input q = load_input("--q", args.q, s.layout, s.storage, args.reference);
+  const Input k = load_input("--k", args.k, s.layout, s.storage, args.reference);
+  const Input v = load_input("--v", args.v, s.layout, s.storage, args.reference);
   std::optional<Input> d_o;
-  if (s.backward) d_o = load_input("--do", args.d_o, s.layout, args.reference);
+  if (s.backward) d_o = load_input("--do", args.d_o, s.layout, s.storage, args.reference);
   const int rank = static_cast<int>(q.array.shape.size());
   const Input* d_o_in = d_o ? &*d_o : nullptr;
   for (const Input* in : {&k, &v, d_o_in}) {
@@ -563,18 +631,20 @@ int run_run(const RunArgs& args) {
   check_matrix_output("probs", args.probs, b, h, n_q, n_kv);
   check_matrix_output("dropout_mask", args.dropout_mask, b, h, n_q, n_kv);
 
-  const DType out_dtype = args.reference ? DType::f64 : DType::f32;
+  // lse, probs (and dsinks) are float32 (float64 with --reference); O and the gradients see output_dtype.
+  const DType stat_dtype = args.reference ? DType::f64 : DType::f32;
+  const DType o_dtype = output_dtype(s, q.view.dtype, args.reference);
   Outputs outputs;
   Options opt = base_options(args, s, m);
-  void* o = outputs.add({"--out", args.out}, out_dtype, from_bhnd({b, h, n_q, dv}, s.layout, rank));
+  void* o = outputs.add({"--out", args.out}, o_dtype, from_bhnd({b, h, n_q, dv}, s.layout, rank));
   if (!args.lse.empty() || s.backward) {
     const Named name = args.lse.empty() ? Named{"--lse", "(for the backward)"} : Named{"--lse", args.lse};
-    opt.lse = TensorView::contiguous(outputs.add(name, out_dtype, rank_adjusted({b, h, n_q}, rank), !args.lse.empty()),
-                                     out_dtype, {b, h, n_q});
+    opt.lse = TensorView::contiguous(outputs.add(name, stat_dtype, rank_adjusted({b, h, n_q}, rank), !args.lse.empty()),
+                                     stat_dtype, {b, h, n_q});
   }
   if (!args.probs.empty()) {
     opt.probs = TensorView::contiguous(
-        outputs.add({"--probs", args.probs}, out_dtype, rank_adjusted({b, h, n_q, n_kv}, rank)), out_dtype,
+        outputs.add({"--probs", args.probs}, stat_dtype, rank_adjusted({b, h, n_q, n_kv}, rank)), stat_dtype,
         {b, h, n_q, n_kv});
   }
   if (!args.dropout_mask.empty()) {
@@ -582,7 +652,7 @@ int run_run(const RunArgs& args) {
         outputs.add({"--dropout-mask", args.dropout_mask}, DType::boolean, rank_adjusted({b, h, n_q, n_kv}, rank)),
         DType::boolean, {b, h, n_q, n_kv});
   }
-  const TensorView o_view = layout_view(o, out_dtype, {b, h, n_q, dv}, s.layout);
+  const TensorView o_view = layout_view(o, o_dtype, {b, h, n_q, dv}, s.layout);
   try {
     if (args.reference) {
       reference_attention(q.view, k.view, v.view, o_view, opt);
@@ -596,11 +666,15 @@ int run_run(const RunArgs& args) {
   if (s.backward) {
     // The gradients in the layout and rank of their inputs.
     Gradients g;
-    g.dq = layout_view(outputs.add({"--dq", args.dq}, out_dtype, q.array.shape), out_dtype, q.dims, s.layout);
-    g.dk = layout_view(outputs.add({"--dk", args.dk}, out_dtype, k.array.shape), out_dtype, k.dims, s.layout);
-    g.dv = layout_view(outputs.add({"--dv", args.dv}, out_dtype, v.array.shape), out_dtype, v.dims, s.layout);
+    const auto gradient = [&](const char* flag, const std::string& path, const Input& of) {
+      const DType t = output_dtype(s, of.view.dtype, args.reference);
+      return layout_view(outputs.add({flag, path}, t, of.array.shape), t, of.dims, s.layout);
+    };
+    g.dq = gradient("--dq", args.dq, q);
+    g.dk = gradient("--dk", args.dk, k);
+    g.dv = gradient("--dv", args.dv, v);
     if (!args.dsinks.empty())
-      g.dsinks = TensorView::contiguous(outputs.add({"--dsinks", args.dsinks}, out_dtype, {h}), out_dtype, {h});
+      g.dsinks = TensorView::contiguous(outputs.add({"--dsinks", args.dsinks}, stat_dtype, {h}), stat_dtype, {h});
     const Options bopt = backward_options(opt);
     try {
       if (args.reference) {
@@ -630,7 +704,7 @@ int run_run(const RunArgs& args) {
 
 const Registrar kRegistrar{Command{
     "run",
-    "Compute attention on .npy files, forward and backward (float32 or float64, C order)",
+    "Compute attention on .npy files, forward and backward (float16, float32 or float64, C order)",
     [](CLI::App& sub) -> std::function<int()> {
       auto args = std::make_shared<RunArgs>();
       const auto path_option = [&](const char* flag, std::string& target, const std::string& help) {
@@ -700,7 +774,18 @@ const Registrar kRegistrar{Command{
       path_option("--cu-seqlens-k", args->cu_seqlens_k,
                   "Packed batch: prefix sums [n + 1] of key rows; K, V are then [total_k, Hkv, d]");
       sub.add_flag("--reference", args->reference,
-                   "Use the float64 oracle, forward and backward (float64 inputs stay float64; writes float64)");
+                   "Use the float64 oracle, forward and backward (float64 inputs stay float64; writes float64 "
+                   "unless --out-dtype says otherwise)");
+      sub.add_option("--storage", args->storage,
+                     "Convert Q, K, V and dO on load to this dtype and compute from it (round to nearest even; "
+                     "bf16 is how bfloat16, which .npy cannot hold, is reached); auto = as in their files")
+          ->type_name("auto|f32|f16|bf16")
+          ->capture_default_str();
+      sub.add_option("--out-dtype", args->out_dtype,
+                     "Dtype of O, dQ, dK and dV: auto = float16 where the input (Q for O) is read as float16, "
+                     "else float32 (float64 with --reference); f64 only with --reference; .npy has no bfloat16")
+          ->type_name("auto|f32|f16|f64")
+          ->capture_default_str();
       sub.add_option("--isa", args->isa, "Kernel instruction set: " + isa_choices())
           ->type_name("ISA")
           ->capture_default_str();
@@ -708,12 +793,15 @@ const Registrar kRegistrar{Command{
           ->type_name("N")
           ->capture_default_str();
       sub.footer(
-          "Arrays are float32 or float64 in C order. 4-D is [B, H, N, d] (bhsd) or [B, N, H, d] (bshd), 3-D drops B,\n"
-          "2-D is [N, d]. O is written in the layout and rank of Q, dQ/dK/dV in those of Q/K/V; lse, probs and the\n"
-          "dropout mask as [B, H, ...] with B (3-D) or B and H (2-D) dropped. The mask, slopes and sinks are in\n"
-          "their own axes in every layout. With --do the forward runs first (its lse kept for the backward), then\n"
-          "the backward with the same options (the same dropout decisions). Outputs are float32 (float64 with\n"
-          "--reference; the dropout mask is bool) and are written only when the whole run succeeds.");
+          "Arrays are float16, float32 or float64 in C order (float16 is read in place; float64 is read as float32\n"
+          "on the fast path; types may differ between files). 4-D is [B, H, N, d] (bhsd) or [B, N, H, d] (bshd),\n"
+          "3-D drops B, 2-D is [N, d]. O is written in the layout and rank of Q, dQ/dK/dV in those of Q/K/V; lse,\n"
+          "probs and the dropout mask as [B, H, ...] with B (3-D) or B and H (2-D) dropped. The mask, slopes and\n"
+          "sinks are in their own axes in every layout. With --do the forward runs first (its lse kept for the\n"
+          "backward), then the backward with the same options (the same dropout decisions). O and the gradients\n"
+          "are float16 from float16 inputs and float32 otherwise (float64 with --reference; see --out-dtype); lse,\n"
+          "probs and dsinks are float32 (float64 with --reference), the dropout mask bool. Outputs are written\n"
+          "only when the whole run succeeds.");
       return [args] { return run_run(*args); };
     },
     30,

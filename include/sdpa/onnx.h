@@ -22,9 +22,13 @@
 //
 // Types. Q, K and past_key share one type T1 and V and past_value one type T2,
 // each float16, bfloat16, float32 or float64; Y and qk_matmul_output are T1,
-// present_key T1, present_value T2. The fast path computes in float32
-// (float32 inputs are read in place through strided views, without copies;
-// other types are converted), the reference path (reference = true) in float64.
+// present_key T1, present_value T2. The fast path computes in float32 and the
+// reference path (reference = true) in float64, from the values as stored:
+// float16, bfloat16 and float32 inputs (float64 too on the reference path) are
+// read in place through strided views, without copies, and Y is written in
+// T1 directly; float64 on the fast path is converted to float32. past_key /
+// past_value and the new keys are concatenated into present_key /
+// present_value in their own types, and the call reads those.
 // softmax_precision is accepted and checked, and the softmax is always computed
 // at float32 (fast) or float64 (reference) precision, never lower.
 //
@@ -51,7 +55,7 @@ namespace sdpa::onnx {
 // The optional inputs are absent when their view is unset (rank 0).
 struct AttentionInputs {
   // (B, q_num_heads, Sq, D) or (B, Sq, q_num_heads·D); any strides, last axis contiguous
-  // for in-place reads (otherwise a copy is made).
+  // for in-place reads (otherwise a copy is made, in the same type).
   TensorView Q;
   // (B, kv_num_heads, Skv, D) or (B, Skv, kv_num_heads·D), same rank as Q.
   TensorView K;

@@ -170,8 +170,11 @@ Workspace& workspace() {
 // Per-thread row pointers of the current K or V tile: n <= BC keys, so every
 // kernel set's BC must fit.
 constexpr int kMaxTileKeys = 256;
+// Rows per block, for the per-thread row pointers of a block's Q.
+constexpr int kMaxBlockRows = 256;
 #define SDPA_KERNEL(isa, name, ns, w, mr, nv, br, bc) \
-  static_assert((bc) <= kMaxTileKeys, #name ": BC exceeds kMaxTileKeys (tile_rows)");
+  static_assert((bc) <= kMaxTileKeys, #name ": BC exceeds kMaxTileKeys (tile_rows)"); \
+  static_assert((br) <= kMaxBlockRows, #name ": BR exceeds kMaxBlockRows");
 #include "cpu/kernels/kernels.def"
 #undef SDPA_KERNEL
 const float** tile_rows() {
@@ -514,12 +517,22 @@ class Runner : TileOps {
   // Scores of keys [t0, t0+n) up to `stage`, invisible entries -inf (from
   // `masked` on). Returns whether rows see different key ranges in this tile
   // (then row_begin/row_end hold them).
-  bool score_tile(const Block& bl, const float* qs, std::int64_t t0, int n, int bc_pad, float* kt, float* s,
-                  int* row_begin, int* row_end, const BlockRange& br, ScoresStage stage = ScoresStage::masked) {
+  bool score_tile(const Block& bl, const float* qs, const std::uint16_t* q2, std::int64_t t0, int n, int bc_pad,
+                  float* kt, float* s, int* row_begin, int* row_end, const BlockRange& br,
+                  ScoresStage stage = ScoresStage::masked) {
+    if (q2) {
+      // bfloat16 Q and K on bf16 products (q2: the block's packed Q).
+      const std::uint16_t** k = bf16_rows(p_.k, bl, t0, n);
+      std::uint16_t* kt2 = bf16_scratch().kt2;
+      ks_.pack_kt_bf16(k, n, static_cast<int>(p_.d), kt2, bc_pad);
+      ks_.scores_bf16(q2, bl.nr, static_cast<int>(p_.d), kt2, bc_pad, static_cast<float>(p_.scale), s);
+      return finish_scores(bl, t0, n, bc_pad, s, row_begin, row_end, br, stage);
+    }
     if (bl.nr <= kDirectRows && stored_ok(p_.k)) {
       thread_local const void* rows[kMaxTileKeys];
       thread_local const void* scales[kMaxTileKeys];
-      ks_.scores_direct_st(qs, bl.nr, static_cast<int>(p_.d), stored_rows(p_.k, bl, t0, n, rows, scales), n, s, bc_pad);
+      ks_.scores_direct_st(qs, bl.nr, static_cast<int>(p_.d), stored_rows(p_.k, bl, t0, n, rows, scales), n, s,
+                           bc_pad);
       return finish_scores(bl, t0, n, bc_pad, s, row_begin, row_end, br, stage);
     }
     const float** k = tile_rows();
@@ -531,6 +544,41 @@ class Runner : TileOps {
       ks_.scores(qs, bl.nr, static_cast<int>(p_.d), kt, bc_pad, s);
     }
     return finish_scores(bl, t0, n, bc_pad, s, row_begin, row_end, br, stage);
+  }
+
+  // bf16 row pointers of keys [t0, t0 + n) of a bfloat16 K or V.
+  const std::uint16_t** bf16_rows(const Operand& t, const Block& bl, std::int64_t t0, int n) const {
+    thread_local const std::uint16_t* rows[kMaxTileKeys];
+    for (int j = 0; j < n; ++j) rows[j] = static_cast<const std::uint16_t*>(p_.kv_addr(t, bl.b, bl.hk, t0 + j));
+    return rows;
+  }
+
+  // Per-thread packed bf16 operands: q2 for a block, kt2 and v2 for a tile,
+  // sized by the kernel set's padding.
+  struct Bf16Scratch {
+    std::uint16_t *q2, *kt2, *v2;
+  };
+  Bf16Scratch bf16_scratch() const {
+    thread_local std::vector<std::uint16_t> mem;
+    const std::int64_t d2 = round_up(p_.d, ks_.bf16_kpad), rows = round_up(ks_.br, ks_.bf16_rpad);
+    const std::int64_t nq2 = rows * d2, nkt2 = d2 * ks_.bc, nv2 = round_up(ks_.bc, ks_.bf16_kpad) * round_up(p_.dv, ks_.w);
+    const std::int64_t pad = 32;  // keep each array 64-byte aligned
+    const std::size_t need = static_cast<std::size_t>(round_up(nq2, pad) + round_up(nkt2, pad) + round_up(nv2, pad) + pad);
+    if (mem.size() < need) mem.resize(need);
+    std::uint16_t* base = mem.data();
+    base += (pad - (reinterpret_cast<std::uintptr_t>(base) / 2) % pad) % pad;
+    return {base, base + round_up(nq2, pad), base + round_up(nq2, pad) + round_up(nkt2, pad)};
+  }
+
+  // Whether a block of nr rows takes bf16 Q·Kᵀ: bfloat16 Q and K, a kernel
+  // set whose bf16 products beat its float32 ones, more rows than decode.
+  bool bf16_scores(int nr) const {
+    return ks_.bf16_fast && ks_.scores_bf16 && nr > kDirectRows && p_.q.dtype == DType::bf16 &&
+           p_.k.dtype == DType::bf16;
+  }
+  // And P·V: round_p with bfloat16 V (P is then rounded to bf16 anyway).
+  bool bf16_pv(int nr) const {
+    return ks_.bf16_fast && ks_.pv_bf16 && p_.round_p && nr > kDirectRows && p_.v.dtype == DType::bf16;
   }
 
   // The stages after scale·q·k: softcap, then masks.
@@ -556,6 +604,12 @@ class Runner : TileOps {
       thread_local const void* scales[kMaxTileKeys];
       ks_.pv_direct_st(s, bl.nr, n, bc_pad, stored_rows(p_.v, bl, t0, n, rows, scales), static_cast<int>(p_.dv), acc,
                        static_cast<int>(dv_pad), alpha);
+      return;
+    }
+    if (bf16_pv(bl.nr) && !row_end && !p_.mask.data) {
+      std::uint16_t* v2 = bf16_scratch().v2;
+      ks_.pack_v_bf16(bf16_rows(p_.v, bl, t0, n), n, static_cast<int>(p_.dv), v2, static_cast<int>(dv_pad));
+      ks_.pv_bf16(s, bl.nr, n, bc_pad, v2, static_cast<int>(dv_pad), acc, alpha);
       return;
     }
     // V's rows as float32: in place, or converted from 16 bits or int8 (then
@@ -645,6 +699,17 @@ class Runner : TileOps {
       load_row(p_.q, bl.b, head(bl, rr), p_.q_row(bl.b, query(bl, rr)), d, row);
       for (int c = 0; c < d; ++c) row[c] *= scale;
     }
+    // bf16 products take Q unscaled, as stored (the kernel scales S): the
+    // products stay exact.
+    const std::uint16_t* q2 = nullptr;
+    if (bf16_scores(bl.nr)) {
+      thread_local const std::uint16_t* q_rows[kMaxBlockRows];
+      for (int rr = 0; rr < bl.nr; ++rr)
+        q_rows[rr] = static_cast<const std::uint16_t*>(p_.q.addr(bl.b, head(bl, rr), p_.q_row(bl.b, query(bl, rr))));
+      std::uint16_t* packed = bf16_scratch().q2;
+      ks_.pack_q_bf16(q_rows, bl.nr, d, packed);
+      q2 = packed;
+    }
 
     for (int rr = 0; rr < bl.nr; ++rr) {
       m[rr] = kNegInf;
@@ -657,10 +722,10 @@ class Runner : TileOps {
       const int n = static_cast<int>(std::min<std::int64_t>(bc, ke - t0));
       const int bc_pad = static_cast<int>(round_up(n, ks_.nr));
       if (bl.nr <= kDirectRows) prefetch_tile(bl, t0 + bc, std::min<std::int64_t>(bc, ke - t0 - bc), &p_.k);
-      const bool ranged = score_tile(bl, qs, t0, n, bc_pad, kt, s, row_begin, row_end, range);
+      const bool ranged = score_tile(bl, qs, q2, t0, n, bc_pad, kt, s, row_begin, row_end, range);
       ks_.softmax_step(s, bl.nr, bc_pad, m, l, alpha);
       if (p_.dropout) drop_tile(bl, t0, n, bc_pad, s);
-      if (p_.round_p) round_p_tile(s, bl.nr, bc_pad);
+      if (p_.round_p && !bf16_pv(bl.nr)) round_p_tile(s, bl.nr, bc_pad);  // pv_bf16 rounds P itself
       if (bl.nr <= kDirectRows) prefetch_tile(bl, t0 + bc, std::min<std::int64_t>(bc, ke - t0 - bc), &p_.v);
       pv_tile(bl, t0, n, bc_pad, s, vp, acc, alpha, ranged ? row_begin : nullptr, ranged ? row_end : nullptr);
     }
@@ -700,7 +765,7 @@ class Runner : TileOps {
       // float32 pass leaves them 0 (m = +inf makes exp(s - m) vanish).
       for (int rr = 0; rr < bl.nr; ++rr)
         if (exact_rows[rr].seen) m[rr] = std::numeric_limits<float>::infinity();
-      write_matrices(bl, qs, kt, s, m, l, inv, row_begin, row_end, range);
+      write_matrices(bl, qs, q2, kt, s, m, l, inv, row_begin, row_end, range);
       if (any_exact)
         for (int rr = 0; rr < bl.nr; ++rr)
           if (exact_rows[rr].seen) exact_matrix_row(bl, rr, exact_rows[rr]);
@@ -740,7 +805,7 @@ class Runner : TileOps {
 
   // The Nq x Nkv outputs: probabilities P = exp(S - m) / l (0 at invisible
   // keys) and the scores at the stage asked for, tile by tile over every key.
-  void write_matrices(const Block& bl, const float* qs, float* kt, float* s, float* m, const float* l, float* inv,
+  void write_matrices(const Block& bl, const float* qs, const std::uint16_t* q2, float* kt, float* s, float* m, const float* l, float* inv,
                       int* row_begin, int* row_end, const BlockRange& range) {
     for (int rr = 0; rr < bl.nr; ++rr) {
       const Final f = with_sink(bl, rr, m[rr], l[rr]);
@@ -757,11 +822,11 @@ class Runner : TileOps {
           std::memcpy(out.at<float>(bl.b, head(bl, rr), query(bl, rr)) + t0, s + rr * bc_pad, n * sizeof(float));
       };
       if (p_.scores.data && !probs_stage) {
-        score_tile(bl, qs, t0, n, bc_pad, kt, s, row_begin, row_end, range, p_.scores_stage);
+        score_tile(bl, qs, q2, t0, n, bc_pad, kt, s, row_begin, row_end, range, p_.scores_stage);
         copy_out(p_.scores);
       }
       if (p_.probs.data || probs_stage) {
-        score_tile(bl, qs, t0, n, bc_pad, kt, s, row_begin, row_end, range);
+        score_tile(bl, qs, q2, t0, n, bc_pad, kt, s, row_begin, row_end, range);
         ks_.probs(s, bl.nr, bc_pad, m, inv);
         if (p_.probs.data) copy_out(p_.probs);
         if (probs_stage) copy_out(p_.scores);

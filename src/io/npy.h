@@ -1,8 +1,10 @@
 // Reading and writing NumPy .npy files (format versions 1.0, 2.0 and 3.0).
 //
 // Only plain little-endian, C-order arrays of the dtypes sdpa uses are
-// supported: '<f4', '<f8', '<f2', '|b1', '<i4', '<i8'. Anything else, and any
-// malformed file, is reported as sdpa::Error naming the file.
+// supported: '<f4', '<f8', '<f2', '|b1', '|i1', '<i4', '<i8' (float16 is
+// IEEE binary16, NumPy's float16; .npy has no bfloat16, which is refused on
+// writing). Anything else, and any malformed file, is reported as sdpa::Error
+// naming the file.
 #pragma once
 
 #include <cstddef>
@@ -35,8 +37,8 @@ struct NpyArray {
   TensorView view();
 
   // Typed pointer; throws sdpa::Error if dtype mismatches. T is one of float,
-  // double, bool, std::int32_t, std::int64_t, or std::uint16_t for the raw bits
-  // of float16.
+  // double, bool, std::int8_t, std::int32_t, std::int64_t, or std::uint16_t for
+  // the raw bits of float16.
   template <class T>
   T* as();
   template <class T>
@@ -62,6 +64,8 @@ constexpr DType npy_dtype_of() {
     return DType::f16;
   } else if constexpr (std::is_same_v<U, bool>) {
     return DType::boolean;
+  } else if constexpr (std::is_same_v<U, std::int8_t>) {
+    return DType::i8;
   } else if constexpr (std::is_same_v<U, std::int32_t>) {
     return DType::i32;
   } else if constexpr (std::is_same_v<U, std::int64_t>) {

@@ -15,10 +15,13 @@
 //   softcap, scale                the library's (softcap before the mask)
 //   qk_matmul_output_mode 0..3    Options::scores at ScoresStage 0..3
 //   left/right_window_size (25)   Options::window_left / window_right
-// Inputs the fast path cannot read in place (float16, bfloat16, float64, a
-// strided last axis) are converted to float32 copies; outputs of another
-// type than the computation's are computed in float32 (float64 on the
-// reference path) and converted once at the end.
+// Q, K, V and Y in float16, bfloat16 or float32 (float64 too on the
+// reference path) are read and written in place, as the library stores them;
+// float64 on the fast path is converted to float32 copies (and Y computed in
+// float32, converted once at the end), and a strided last axis is copied in
+// its own type. present_key / present_value are concatenated in the inputs'
+// types. qk_matmul_output is computed in float32 (float64 on the reference
+// path) and converted at the end when T1 is another type.
 #include "sdpa/onnx.h"
 
 #include <algorithm>
@@ -139,13 +142,21 @@ TensorView heads_first(const TensorView& t, std::int64_t heads) {
   return v;
 }
 
+// Whether the library stores Q, K, V or O of this type on the path whose
+// computation type is `compute` (float16, bfloat16 and float32 on both,
+// float64 on the reference path only).
+bool stored_natively(DType t, DType compute) {
+  return t == DType::f16 || t == DType::bf16 || t == DType::f32 || (compute == DType::f64 && t == DType::f64);
+}
+
 // An operand the library can read: the caller's view when its type and last
-// axis allow, else a converted contiguous copy (kept alive in `keep`).
+// axis allow, else a contiguous copy (kept alive in `keep`), in its own type
+// when the library stores that type, else converted to `compute`.
 TensorView readable(const TensorView& v, DType compute, Owned& keep, const char* name) {
-  const bool type_ok = v.dtype == DType::f32 || (compute == DType::f64 && v.dtype == DType::f64);
+  const bool type_ok = stored_natively(v.dtype, compute);
   const bool last_ok = v.shape[v.rank - 1] <= 1 || v.stride[v.rank - 1] == 1;
   if (type_ok && last_ok) return v;
-  keep = converted(v, compute, name);
+  keep = converted(v, type_ok ? v.dtype : compute, name);
   return keep.view;
 }
 
@@ -475,23 +486,27 @@ void attention(const AttentionInputs& in, const AttentionAttributes& attr, Atten
     }
   }
 
-  // Y: computed in place when its type is the computation's, else converted at the end.
+  // Y: written in place when the library stores T1, else computed in
+  // `compute` and converted at the end.
   const std::vector<std::int64_t> y_shape = in.Q.rank == 3 ? std::vector<std::int64_t>{s.b, s.sq, s.hq * s.dv}
                                                            : std::vector<std::int64_t>{s.b, s.hq, s.sq, s.dv};
+  const bool y_direct = stored_natively(t1, compute);
   Tensor y = make_tensor(t1, y_shape, "Y"), y_compute;
-  Tensor& y_buf = t1 == compute ? y : (y_compute = make_tensor(compute, y_shape, "Y"));
+  Tensor& y_buf = y_direct ? y : (y_compute = make_tensor(compute, y_shape, "Y"));
   TensorView o;
   if (in.Q.rank == 3) {
-    o = TensorView::bshd(y_buf.data.data(), compute, s.b, s.sq, s.hq, s.dv);
+    o = TensorView::bshd(y_buf.data.data(), y_buf.dtype, s.b, s.sq, s.hq, s.dv);
   } else {
     o = y_buf.view();
   }
 
+  // qk_matmul_output: the library's scores are float32 (float64 too on the reference path).
+  const bool qk_direct = t1 == DType::f32 || t1 == compute;
   Tensor qk, qk_compute;
   if (out.want_qk_matmul_output) {
     const std::vector<std::int64_t> qk_shape = {s.b, s.hq, s.sq, s.t};
     qk = make_tensor(t1, qk_shape, "qk_matmul_output");
-    Tensor& qk_buf = t1 == compute ? qk : (qk_compute = make_tensor(compute, qk_shape, "qk_matmul_output"));
+    Tensor& qk_buf = qk_direct ? qk : (qk_compute = make_tensor(compute, qk_shape, "qk_matmul_output"));
     opt.scores = qk_buf.view();
     opt.scores_stage = static_cast<ScoresStage>(attr.qk_matmul_output_mode);
   }
@@ -508,10 +523,8 @@ void attention(const AttentionInputs& in, const AttentionAttributes& attr, Atten
                         : "");
   }
 
-  if (t1 != compute) {
-    copy_view(y_compute.view(), y.view());
-    if (out.want_qk_matmul_output) copy_view(qk_compute.view(), qk.view());
-  }
+  if (!y_direct) copy_view(y_compute.view(), y.view());
+  if (out.want_qk_matmul_output && !qk_direct) copy_view(qk_compute.view(), qk.view());
   out.Y = std::move(y);
   out.present_key = out.want_present_key ? std::move(present_key) : Tensor{};
   out.present_value = out.want_present_value ? std::move(present_value) : Tensor{};
