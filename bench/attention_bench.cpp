@@ -128,6 +128,8 @@ std::vector<float> normal_floats(std::size_t count, unsigned seed) {
   return x;
 }
 
+int round_up(int x, int m) { return (x + m - 1) / m * m; }
+
 // float32 -> bf16 bits, to nearest even (the benchmarks' inputs only).
 std::vector<std::uint16_t> to_bf16(const std::vector<float>& x) {
   std::vector<std::uint16_t> out(x.size());
@@ -189,12 +191,13 @@ void BM_kernel_scores_bf16(benchmark::State& st, sdpa::Isa isa) {
   if (skip_unsupported(st, isa)) return;
   const TileShape t(isa, static_cast<int>(st.range(0)));
   measured_fma_peak(isa, 1);
-  const int d2 = t.d + (t.d & 1);
+  // The set's padding: d2 and the rows of q2 and S (kernel_set.h).
+  const int d2 = round_up(t.d, t.ks.bf16_kpad), rows_pad = round_up(t.rows, t.ks.bf16_rpad);
   const auto q = to_bf16(normal_floats(static_cast<std::size_t>(t.rows) * t.d, 1));
   const auto k = to_bf16(normal_floats(static_cast<std::size_t>(t.n) * t.d, 2));
   const auto qp = rows_of(q, t.rows, t.d), kp = rows_of(k, t.n, t.d);
-  std::vector<std::uint16_t> q2(static_cast<std::size_t>(t.rows) * d2), kt2(static_cast<std::size_t>(d2) * t.bc_pad);
-  std::vector<float> s(static_cast<std::size_t>(t.rows) * t.bc_pad);
+  std::vector<std::uint16_t> q2(static_cast<std::size_t>(rows_pad) * d2), kt2(static_cast<std::size_t>(d2) * t.bc_pad);
+  std::vector<float> s(static_cast<std::size_t>(rows_pad) * t.bc_pad);
   t.ks.pack_q_bf16(qp.data(), t.rows, t.d, q2.data());
   t.ks.pack_kt_bf16(kp.data(), t.n, t.d, kt2.data(), t.bc_pad);
   const float scale = static_cast<float>(1 / std::sqrt(double(t.d)));
@@ -230,7 +233,7 @@ void BM_kernel_pv_bf16(benchmark::State& st, sdpa::Isa isa) {
   measured_fma_peak(isa, 1);
   const auto v = to_bf16(normal_floats(static_cast<std::size_t>(t.n) * t.d, 3));
   const auto vp = rows_of(v, t.n, t.d);
-  std::vector<std::uint16_t> v2(static_cast<std::size_t>(t.n + 1) / 2 * 2 * t.dv_pad);
+  std::vector<std::uint16_t> v2(static_cast<std::size_t>(round_up(t.n, t.ks.bf16_kpad)) * t.dv_pad);
   t.ks.pack_v_bf16(vp.data(), t.n, t.d, v2.data(), t.dv_pad);
   std::vector<float> p(static_cast<std::size_t>(t.rows) * t.bc_pad, 1.0f / t.n),
       acc(static_cast<std::size_t>(t.rows) * t.dv_pad), alpha(static_cast<std::size_t>(t.rows), 1.0f);

@@ -76,7 +76,7 @@ Options fuzz_options(FuzzedDataProvider& fdp, std::vector<Buffer>& keep, std::in
   const int threads[] = {1, 2, 0, 3, -1};
   opt.threads = threads[fdp.ConsumeIntegralInRange<int>(0, 4)];
   if (fdp.ConsumeIntegralInRange<int>(0, 7) == 0) {
-    const Isa isas[] = {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512bf16, Isa::neon};
+    const Isa isas[] = {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512bf16, Isa::amx, Isa::neon};
     const Isa isa = isas[fdp.ConsumeIntegralInRange<int>(0, 4)];
     if (isa_supported(isa) || fdp.ConsumeBool()) opt.isa = isa;
   }

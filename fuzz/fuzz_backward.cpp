@@ -132,7 +132,7 @@ Options fuzz_options(Ctx& c, std::vector<Buffer>& keep, std::int64_t B, std::int
   const int threads[] = {1, 2, 0, 3, 1, 2, 0, 3, 1, 2, 0, 3, 1, 2, -1, 1025};
   opt.threads = threads[fdp.ConsumeIntegralInRange<int>(0, 15)];
   if (fdp.ConsumeIntegralInRange<int>(0, 7) == 0) {
-    const Isa isas[] = {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512bf16, Isa::neon};
+    const Isa isas[] = {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512bf16, Isa::amx, Isa::neon};
     const Isa isa = isas[fdp.ConsumeIntegralInRange<int>(0, 4)];
     if (isa_supported(isa) || fdp.ConsumeBool()) opt.isa = isa;
   }

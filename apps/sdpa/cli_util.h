@@ -13,7 +13,7 @@
 
 namespace sdpa::cli {
 
-// The --isa values this build accepts ("auto, scalar, avx2, avx512, avx512bf16"), for help texts.
+// The --isa values this build accepts ("auto, scalar, avx2, avx512, avx512bf16, amx"), for help texts.
 std::string isa_choices();
 
 // Parses the whole of `text` as a finite double; throws UsageError naming `flag`.

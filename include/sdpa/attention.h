@@ -35,7 +35,7 @@ SDPA_API void reference_attention(const TensorView& q, const TensorView& k, cons
 
 // "scalar", "avx2", ... ("automatic" for Isa::automatic).
 SDPA_API const char* isa_name(Isa isa);
-// Parses "auto"/"automatic", "scalar", "avx2", "avx512", "avx512bf16", "neon"; throws sdpa::Error otherwise.
+// Parses "auto"/"automatic", "scalar", "avx2", "avx512", "avx512bf16", "amx", "neon"; throws sdpa::Error otherwise.
 SDPA_API Isa parse_isa(const std::string& name);
 // Whether this CPU and OS can run the kernels of `isa`.
 SDPA_API bool isa_supported(Isa isa);

@@ -28,10 +28,11 @@ enum class ScoresStage : std::uint8_t {
 
 // Instruction sets with a kernel. `automatic` picks the best one the CPU and OS
 // support; naming one the CPU lacks is an error. The SDPA_ISA environment
-// variable (auto|scalar|avx2|avx512|avx512bf16) overrides `automatic`.
+// variable (auto|scalar|avx2|avx512|avx512bf16|amx) overrides `automatic`.
 // avx512bf16 runs the avx512 float32 kernels and adds bfloat16 dot products
-// (AVX512-BF16); new values are appended, so existing ones keep their numbers.
-enum class Isa : std::uint8_t { automatic, scalar, avx2, avx512, neon, avx512bf16 };
+// (AVX512-BF16); amx runs the same float32 kernels and the bfloat16 products
+// on AMX-BF16 tiles. New values are appended, so existing ones keep their numbers.
+enum class Isa : std::uint8_t { automatic, scalar, avx2, avx512, neon, avx512bf16, amx };
 
 // Largest probability matrix P (elements, B*H*Nq*Nkv) the library will fill:
 // 2^28 elements, 1 GiB of float32. P exists for inspection and teaching; the

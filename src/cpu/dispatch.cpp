@@ -2,7 +2,8 @@
 //
 // An ISA is usable when the CPU reports its instructions (CPUID) *and* the OS
 // saves the registers they use (XGETBV: XMM|YMM state for AVX2, plus opmask
-// and ZMM state for AVX-512). The table is
+// and ZMM state for AVX-512, plus tile configuration and tile data for AMX,
+// which Linux enables per process on request). The table is
 // stamped from kernels.def: each KernelSet starts from its sizes there and is
 // filled by the function of the same name (src/cpu/kernels/<ns>/<name>.cpp).
 #include "cpu/dispatch.h"
@@ -18,6 +19,10 @@
 
 #if defined(__x86_64__)
 #include <cpuid.h>
+#endif
+#if defined(__x86_64__) && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 namespace sdpa {
@@ -48,10 +53,14 @@ bool os_saves_zmm() {
 struct CpuFeatures {
   bool fma = false, f16c = false, avx2 = false, avx512f = false;
   bool avx512bw = false, avx512vl = false, avx512bf16 = false;
+  bool amx_tile = false, amx_bf16 = false;
 };
 
 // CPUID.(EAX=7,ECX=1):EAX bit 5, spelled out: not every <cpuid.h> names it.
 constexpr unsigned kCpuidAvx512Bf16 = 1u << 5;
+// CPUID.(EAX=7,ECX=0):EDX bits 24 (AMX-TILE) and 22 (AMX-BF16), likewise.
+constexpr unsigned kCpuidAmxTile = 1u << 24;
+constexpr unsigned kCpuidAmxBf16 = 1u << 22;
 
 CpuFeatures cpu_features() {
   CpuFeatures f;
@@ -65,6 +74,8 @@ CpuFeatures cpu_features() {
     f.avx512f = (b & bit_AVX512F) != 0;
     f.avx512bw = (b & bit_AVX512BW) != 0;
     f.avx512vl = (b & bit_AVX512VL) != 0;
+    f.amx_tile = (d & kCpuidAmxTile) != 0;
+    f.amx_bf16 = (d & kCpuidAmxBf16) != 0;
     if (max_subleaf >= 1 && __get_cpuid_count(7, 1, &a, &b, &c, &d)) f.avx512bf16 = (a & kCpuidAvx512Bf16) != 0;
   }
   return f;
@@ -81,6 +92,26 @@ bool cpu_has_avx512() {
 bool cpu_has_avx512bf16() {
   const CpuFeatures f = cpu_features();
   return cpu_has_avx512() && f.avx512bw && f.avx512vl && f.avx512bf16;
+}
+
+// AMX: the amx file is the avx512bf16 file's flags plus AMX-TILE and
+// AMX-BF16. Linux enables the 8 KiB tile data state lazily: a process must
+// ask for it (arch_prctl ARCH_REQ_XCOMP_PERM, granted to all its threads)
+// before its first tile instruction, which otherwise faults. XCR0 then shows
+// tile configuration (bit 17) and tile data (bit 18) as OS-managed state.
+// Other OSes: not used (no portable way to ask).
+bool cpu_has_amx() {
+  const CpuFeatures f = cpu_features();
+  if (!cpu_has_avx512bf16() || !f.amx_tile || !f.amx_bf16) return false;
+#if defined(__linux__)
+  constexpr long kArchReqXcompPerm = 0x1023;
+  constexpr long kXfeatureXtiledata = 18;
+  if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0) return false;
+  constexpr std::uint64_t kXtileState = (std::uint64_t{1} << 17) | (std::uint64_t{1} << 18);
+  return (xgetbv0() & kXtileState) == kXtileState;
+#else
+  return false;
+#endif
 }
 
 bool cpu_is_amd() {
@@ -103,7 +134,8 @@ struct IsaName {
 };
 constexpr IsaName kIsaNames[] = {{Isa::automatic, "automatic"}, {Isa::scalar, "scalar"},
                                  {Isa::avx2, "avx2"},           {Isa::avx512, "avx512"},
-                                 {Isa::avx512bf16, "avx512bf16"}, {Isa::neon, "neon"}};
+                                 {Isa::avx512bf16, "avx512bf16"}, {Isa::amx, "amx"},
+                                 {Isa::neon, "neon"}};
 
 // "one of auto, scalar, ...": what parse_isa and SDPA_ISA accept.
 std::string isa_choices() {
@@ -235,6 +267,10 @@ bool isa_supported(Isa isa) {
     }
     case Isa::avx512bf16: {
       static const bool ok = cpu::cpu_has_avx512bf16();
+      return ok;
+    }
+    case Isa::amx: {
+      static const bool ok = cpu::cpu_has_amx();
       return ok;
     }
 #endif

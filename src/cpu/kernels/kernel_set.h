@@ -102,19 +102,21 @@ struct KernelSet {
   void (*pv_direct_st)(const float* p, int rows, int n, int p_stride, const StoredRows& v, int dv, float* acc,
                        int acc_stride, const float* alpha);
 
-  // ---- bfloat16 storage: dot products of bf16 pairs (AVX512-BF16) ----------
+  // ---- bfloat16 storage: dot products of bf16 pairs (AVX512-BF16, AMX) -----
   // Set by kernel sets whose CPU has a bf16 dot product, nullptr in every
   // other. Values are bf16 bit patterns (std::uint16_t); pairs of them along
   // the reduction axis sit in one 32-bit word, low half first, which is what
-  // the pair instructions consume. A product of two bf16 is exact in float32
+  // the pair instructions (and AMX tiles) consume. A product of two bf16 is exact in float32
   // and sums are float32, so scores_bf16 errs as a float32 dot product of the
   // same values. The instructions treat subnormal inputs and results as 0
   // (the kernels run with FTZ/DAZ anyway). Kernels read only the d (dv)
   // values of each row they are given; pads they write are 0.
-  //   d2 = d rounded up to even; n <= bc <= bc_pad, bc_pad a multiple of nr;
-  //   dv_pad a multiple of w, >= dv.
+  //   d2 = d rounded up to bf16_kpad (even); n <= bc <= bc_pad, bc_pad a
+  //   multiple of nr; dv_pad a multiple of w, >= dv; rows_pad = rows rounded
+  //   up to bf16_rpad. Pads are 1 row and 2 values for the pair instructions.
 
-  // q2[r*d2 + c] = q[r][c] for c < d (bits copied), q2[r*d2 + d] = 0 if d is odd.
+  // q2 [rows_pad x d2]: q2[r*d2 + c] = q[r][c] for r < rows, c < d (bits
+  // copied), 0 elsewhere.
   void (*pack_q_bf16)(const std::uint16_t* const* q, int rows, int d, std::uint16_t* q2);
 
   // The key tile in pairs along d: word (c2, j), at kt2 + 2*(c2*bc_pad + j),
@@ -122,15 +124,16 @@ struct KernelSet {
   // is 0 past d, and columns n..bc_pad are 0.
   void (*pack_kt_bf16)(const std::uint16_t* const* k, int n, int d, std::uint16_t* kt2, int bc_pad);
 
-  // S [rows x bc_pad] = scale · (Q · Kᵀ), from pack_q_bf16's q2 and
-  // pack_kt_bf16's kt2 (padding contributes 0). Summation is blocked as in
-  // `scores`.
+  // S [rows_pad x bc_pad] = scale · (Q · Kᵀ), from pack_q_bf16's q2 and
+  // pack_kt_bf16's kt2 (padding contributes 0; pad rows of S are 0). The sums
+  // are float32 (blocked as in `scores`, or in AMX tiles).
   void (*scores_bf16)(const std::uint16_t* q2, int rows, int d, const std::uint16_t* kt2, int bc_pad, float scale,
                       float* s);
 
   // The value tile in pairs along the keys: word (j2, c), at v2 + 2*(j2*dv_pad
-  // + c), holds (v[2*j2][c], v[2*j2 + 1][c]) for j2 < (n+1)/2, c < dv; the
-  // second half is 0 past n (n odd), and columns dv..dv_pad are 0.
+  // + c), holds (v[2*j2][c], v[2*j2 + 1][c]) for j2 < n_pad/2 (n_pad = n
+  // rounded up to bf16_kpad), c < dv; halves past n are 0, and columns
+  // dv..dv_pad are 0.
   void (*pack_v_bf16)(const std::uint16_t* const* v, int n, int dv, std::uint16_t* v2, int dv_pad);
 
   // acc [rows x dv_pad] = acc * alpha[r] + bf16(P) [rows x n] · V, V from
@@ -138,7 +141,8 @@ struct KernelSet {
   // read per row) is rounded to bf16 to nearest even, as vcvtne2ps2bf16 does;
   // products and sums are float32. alpha may be nullptr (1). No per-row key
   // ranges, unlike pv: every row reads all n keys, so a NaN or inf in any of
-  // the tile's V rows reaches every row even where its P entry is 0.
+  // the tile's V rows reaches every row even where its P entry is 0. Only
+  // acc's `rows` rows are read and written.
   void (*pv_bf16)(const float* p, int rows, int n, int p_stride, const std::uint16_t* v2, int dv_pad, float* acc,
                   const float* alpha);
 
