@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <limits>
 #include <string>
 #include <vector>
@@ -77,7 +78,7 @@ Options fuzz_options(FuzzedDataProvider& fdp, std::vector<Buffer>& keep, std::in
   opt.threads = threads[fdp.ConsumeIntegralInRange<int>(0, 4)];
   if (fdp.ConsumeIntegralInRange<int>(0, 7) == 0) {
     const Isa isas[] = {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512bf16, Isa::amx, Isa::neon};
-    const Isa isa = isas[fdp.ConsumeIntegralInRange<int>(0, 4)];
+    const Isa isa = isas[fdp.ConsumeIntegralInRange<int>(0, static_cast<int>(std::size(isas)) - 1)];
     if (isa_supported(isa) || fdp.ConsumeBool()) opt.isa = isa;
   }
   if (!dense) return opt;

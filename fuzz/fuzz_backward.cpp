@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <iterator>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -133,7 +134,7 @@ Options fuzz_options(Ctx& c, std::vector<Buffer>& keep, std::int64_t B, std::int
   opt.threads = threads[fdp.ConsumeIntegralInRange<int>(0, 15)];
   if (fdp.ConsumeIntegralInRange<int>(0, 7) == 0) {
     const Isa isas[] = {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512bf16, Isa::amx, Isa::neon};
-    const Isa isa = isas[fdp.ConsumeIntegralInRange<int>(0, 4)];
+    const Isa isa = isas[fdp.ConsumeIntegralInRange<int>(0, static_cast<int>(std::size(isas)) - 1)];
     if (isa_supported(isa) || fdp.ConsumeBool()) opt.isa = isa;
   }
   if (!dense) return opt;

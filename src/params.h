@@ -157,6 +157,8 @@ struct Params {
     return &t == &k ? &k_scale : &v_scale;
   }
   std::int64_t group_of(const Operand& t) const { return &t == &k ? k_group : v_group; }
+  // Values per row of K or V (t is p.k or p.v): d or dv.
+  std::int64_t row_width(const Operand& t) const { return &t == &k ? d : dv; }
   // Whether key rows [j, j + n) are evenly strided (one page, or not paged).
   bool kv_rows_strided(std::int64_t j, std::int64_t n) const {
     return !paged() || n <= 0 || j / page_size == (j + n - 1) / page_size;

@@ -360,8 +360,8 @@ class Runner : TileOps {
     for (const Operand* t : {&p_.k, &p_.v}) {
       if (only && t != only) continue;
       if (stored_ok(*t)) continue;  // the stored-row kernels prefetch as they stream
-      const std::int64_t es = static_cast<std::int64_t>(dtype_size(t->dtype));
-      const std::int64_t row_bytes = (t == &p_.k ? p_.d : p_.dv) * es;
+      const std::int64_t es = t->elem_bytes;
+      const std::int64_t row_bytes = p_.row_width(*t) * es;
       if (p_.kv_rows_strided(t0, n) && t->stride_n * es == row_bytes) {
         // The tile is one contiguous run of bytes.
         const char* base = static_cast<const char*>(p_.kv_addr(*t, bl.b, bl.hk, t0));
@@ -390,8 +390,8 @@ class Runner : TileOps {
     StoredRows r{};
     r.rows = rows;
     r.dtype = t.dtype;
-    const std::int64_t width = &t == &p_.k ? p_.d : p_.dv;
-    const std::int64_t es = static_cast<std::int64_t>(dtype_size(t.dtype));
+    const std::int64_t width = p_.row_width(t);
+    const std::int64_t es = t.elem_bytes;
     r.row_bytes = static_cast<int>(width * es);
     const Operand* sc = p_.scales_of(t);
     for (int j = 0; j < n; ++j) {
@@ -402,11 +402,11 @@ class Runner : TileOps {
       r.scales = scales;
       r.sdt = sc->dtype;
       r.group = static_cast<int>(p_.group_of(t));
-      r.scale_bytes = static_cast<int>(width / r.group * static_cast<std::int64_t>(dtype_size(sc->dtype)));
+      r.scale_bytes = static_cast<int>(width / r.group * sc->elem_bytes);
     }
     // The row kStreamAhead keys ahead in the same stream (none across
     // pages), when the scales are strided like the values.
-    if (!p_.paged() && (!sc || sc->stride_n * static_cast<std::int64_t>(dtype_size(sc->dtype)) * r.row_bytes ==
+    if (!p_.paged() && (!sc || sc->stride_n * sc->elem_bytes * r.row_bytes ==
                                    t.stride_n * es * r.scale_bytes))
       r.prefetch = std::int64_t{kStreamAhead} * t.stride_n * es;
     return r;

@@ -106,11 +106,11 @@ class TileOps {
   // up to 16 floats, zero padded (so they also serve as padded V rows).
   void kv_rows(const Operand& t, const Rows& bl, std::int64_t t0, int n, const float** out) const {
     if (t.dtype != DType::f32) {
-      const int width = static_cast<int>(&t == &p_.k ? p_.d : p_.dv);
+      const int width = static_cast<int>(p_.row_width(t));
       const std::int64_t stride = (width + 15) / 16 * 16;
       float* buf = convert_buffer(&t == &p_.k ? 0 : 1, static_cast<std::size_t>(n * stride));
       const Operand* sc = p_.scales_of(t);
-      const std::int64_t es = static_cast<std::int64_t>(dtype_size(t.dtype));
+      const std::int64_t es = t.elem_bytes;
       const bool strided = p_.kv_rows_strided(t0, n);
       const char* base = strided ? static_cast<const char*>(p_.kv_addr(t, bl.b, bl.hk, t0)) : nullptr;
       for (int j = 0; j < n; ++j) {
@@ -151,7 +151,7 @@ class TileOps {
   // tmp (at least the row's width).
   const float* kv_row_f32(const Operand& t, std::int64_t b, std::int64_t hk, std::int64_t j, float* tmp) const {
     if (t.dtype == DType::f32) return p_.kv_row<const float>(t, b, hk, j);
-    convert_row(t, b, hk, j, static_cast<int>(&t == &p_.k ? p_.d : p_.dv), tmp);
+    convert_row(t, b, hk, j, static_cast<int>(p_.row_width(t)), tmp);
     return tmp;
   }
 

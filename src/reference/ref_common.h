@@ -68,8 +68,8 @@ inline double load_kv(const Params& p, const Operand& t, std::int64_t b, std::in
   const std::int64_t at = outer * t.stride_b + hk * t.stride_h + row * t.stride_n + c;
   if (t.dtype != DType::i8) return load_element(t.data, t.dtype, at);
   // int8: value times its group's scale, the scales addressed like the values.
-  const Operand& s = &t == &p.k ? p.k_scale : p.v_scale;
-  const std::int64_t g = &t == &p.k ? p.k_group : p.v_group;
+  const Operand& s = *p.scales_of(t);
+  const std::int64_t g = p.group_of(t);
   const double scale = load_element(s.data, s.dtype, outer * s.stride_b + hk * s.stride_h + row * s.stride_n + c / g);
   return load_element(t.data, t.dtype, at) * scale;
 }
