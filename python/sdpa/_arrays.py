@@ -74,7 +74,16 @@ def plan_sdpa(q: Shape, k: Shape, v: Shape, enable_gqa: bool) -> Plan:
         return s[-3] if len(s) >= 3 else 1
 
     qh, kh, vh = heads_of(q), heads_of(k), heads_of(v)
-    if enable_gqa and len(q) >= 3 and (kh != qh or vh != qh):
+    gqa = enable_gqa and len(q) >= 3 and (kh != qh or vh != qh)
+    if not gqa:
+        for name, n in (("key", kh), ("value", vh)):
+            if n not in (1, qh) and qh != 1:
+                raise Error(
+                    f"The size of tensor a ({qh}) must match the size of tensor b ({n}) at non-singleton "
+                    f"dimension {len(q) - 3}: {name} has {n} heads and query {qh} (enable_gqa=True allows "
+                    "fewer key/value heads that divide the query's)"
+                )
+    if gqa:
         if kh != vh:
             raise Error(f"value: expected the heads of key, {kh}, got {vh}")
         if kh == 0 or qh % kh != 0:
