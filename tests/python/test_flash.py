@@ -6,7 +6,8 @@ import math
 import random
 
 import pytest
-import torch
+
+torch = pytest.importorskip("torch")
 
 import sdpa
 from conftest import assert_policy
