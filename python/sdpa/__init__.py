@@ -22,6 +22,10 @@ __all__ = [
     "flash_attn_func",
     "flash_attn_varlen_func",
     "flash_attn_with_kvcache",
+    "flash_attn_qkvpacked_func",
+    "flash_attn_kvpacked_func",
+    "flash_attn_varlen_qkvpacked_func",
+    "flash_attn_varlen_kvpacked_func",
     "default_scale",
     "isa",
     "isa_supported",
@@ -31,8 +35,9 @@ __all__ = [
 
 def __getattr__(name):
     # The flash-attn drop-ins need torch; importing sdpa does not.
-    if name in ("flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache"):
+    if name.startswith("flash_attn_"):
         from . import flash
 
-        return getattr(flash, name)
+        if hasattr(flash, name):
+            return getattr(flash, name)
     raise AttributeError(f"module 'sdpa' has no attribute '{name}'")

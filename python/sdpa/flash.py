@@ -184,3 +184,56 @@ def flash_attn_with_kvcache(
         None if softmax_scale is None else float(softmax_scale), bool(causal), left, right, float(softcap),
     )
     return (out, lse) if return_softmax_lse else out
+
+
+def flash_attn_qkvpacked_func(qkv: Tensor, dropout_p: float = 0.0, softmax_scale: Optional[float] = None,
+                              causal: bool = False, window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
+                              alibi_slopes: Optional[Tensor] = None, deterministic: bool = True,
+                              return_attn_probs: bool = False, *, sinks: Optional[Tensor] = None):
+    """qkv [B, N, 3, H, d]: flash_attn_func on its three views (no copy)."""
+    _check_tensor("qkv", qkv)
+    if qkv.dim() != 5 or qkv.shape[2] != 3:
+        raise Error(f"qkv: expected shape [B, N, 3, H, d], got {list(qkv.shape)}")
+    return flash_attn_func(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], dropout_p, softmax_scale, causal, window_size,
+                           softcap, alibi_slopes, deterministic, return_attn_probs, sinks=sinks)
+
+
+def flash_attn_kvpacked_func(q: Tensor, kv: Tensor, dropout_p: float = 0.0, softmax_scale: Optional[float] = None,
+                             causal: bool = False, window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
+                             alibi_slopes: Optional[Tensor] = None, deterministic: bool = True,
+                             return_attn_probs: bool = False, *, sinks: Optional[Tensor] = None):
+    """kv [B, Sk, 2, Hkv, d]: flash_attn_func on its two views (no copy)."""
+    _check_tensor("kv", kv)
+    if kv.dim() != 5 or kv.shape[2] != 2:
+        raise Error(f"kv: expected shape [B, Sk, 2, Hkv, d], got {list(kv.shape)}")
+    return flash_attn_func(q, kv[:, :, 0], kv[:, :, 1], dropout_p, softmax_scale, causal, window_size, softcap,
+                           alibi_slopes, deterministic, return_attn_probs, sinks=sinks)
+
+
+def flash_attn_varlen_qkvpacked_func(qkv: Tensor, cu_seqlens: Tensor, max_seqlen: int, dropout_p: float = 0.0,
+                                     softmax_scale: Optional[float] = None, causal: bool = False,
+                                     window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
+                                     alibi_slopes: Optional[Tensor] = None, deterministic: bool = True,
+                                     return_attn_probs: bool = False, *, sinks: Optional[Tensor] = None):
+    """qkv [total, 3, H, d]: flash_attn_varlen_func on its three views (no copy)."""
+    _check_tensor("qkv", qkv)
+    if qkv.dim() != 4 or qkv.shape[1] != 3:
+        raise Error(f"qkv: expected shape [total, 3, H, d], got {list(qkv.shape)}")
+    return flash_attn_varlen_func(qkv[:, 0], qkv[:, 1], qkv[:, 2], cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
+                                  dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+                                  return_attn_probs, sinks=sinks)
+
+
+def flash_attn_varlen_kvpacked_func(q: Tensor, kv: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
+                                    max_seqlen_q: int, max_seqlen_k: int, dropout_p: float = 0.0,
+                                    softmax_scale: Optional[float] = None, causal: bool = False,
+                                    window_size: Tuple[int, int] = (-1, -1), softcap: float = 0.0,
+                                    alibi_slopes: Optional[Tensor] = None, deterministic: bool = True,
+                                    return_attn_probs: bool = False, *, sinks: Optional[Tensor] = None):
+    """kv [total_k, 2, Hkv, d]: flash_attn_varlen_func on its two views (no copy)."""
+    _check_tensor("kv", kv)
+    if kv.dim() != 4 or kv.shape[1] != 2:
+        raise Error(f"kv: expected shape [total_k, 2, Hkv, d], got {list(kv.shape)}")
+    return flash_attn_varlen_func(q, kv[:, 0], kv[:, 1], cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                  dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+                                  return_attn_probs, sinks=sinks)

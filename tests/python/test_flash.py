@@ -237,3 +237,29 @@ def test_flash_attn_func_compiles():
     torch.testing.assert_close(loss, eager)
     for a, x in zip(g, (q, k, v)):
         torch.testing.assert_close(a, x.grad)
+
+
+def test_packed_variants_are_views_of_the_same_call():
+    gen = torch.Generator().manual_seed(40)
+    qkv = torch.randn(2, 12, 3, 4, 16, generator=gen, requires_grad=True)
+    out = sdpa.flash_attn_qkvpacked_func(qkv, causal=True)
+    want = sdpa.flash_attn_func(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], causal=True)
+    assert torch.equal(out, want)
+    seen = dict(sdpa._sdpa._last_views())
+    assert seen["q"] == qkv.data_ptr()  # read in place: q is qkv[:, :, 0]
+    out.sum().backward()
+    assert qkv.grad.shape == qkv.shape and torch.isfinite(qkv.grad).all()
+    q = torch.randn(2, 12, 4, 16, generator=gen)
+    kv = torch.randn(2, 15, 2, 2, 16, generator=gen)
+    torch.testing.assert_close(sdpa.flash_attn_kvpacked_func(q, kv), sdpa.flash_attn_func(q, kv[:, :, 0], kv[:, :, 1]))
+    cu = torch.tensor([0, 5, 12], dtype=torch.int32)
+    packed = torch.randn(12, 3, 4, 16, generator=gen)
+    torch.testing.assert_close(
+        sdpa.flash_attn_varlen_qkvpacked_func(packed, cu, 7, causal=True),
+        sdpa.flash_attn_varlen_func(packed[:, 0], packed[:, 1], packed[:, 2], cu, cu, 7, 7, causal=True))
+    kvp = torch.randn(12, 2, 2, 16, generator=gen)
+    torch.testing.assert_close(
+        sdpa.flash_attn_varlen_kvpacked_func(packed[:, 0], kvp, cu, cu, 7, 7),
+        sdpa.flash_attn_varlen_func(packed[:, 0], kvp[:, 0], kvp[:, 1], cu, cu, 7, 7))
+    with pytest.raises(RuntimeError, match="qkv"):
+        sdpa.flash_attn_qkvpacked_func(torch.zeros(2, 3, 4))
