@@ -35,10 +35,19 @@ def _check_common(dropout_p: float, is_causal: bool, attn_mask: Any) -> None:
         raise Error("_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
 
 
-def _scale_of(scale: Optional[float], e: int) -> Optional[float]:
-    # None: the library's 1/sqrt(E). torch also takes scale <= 0 (a plain
-    # multiplier); the library needs a finite scale > 0 and says so.
-    return None if scale is None else float(scale)
+def _signed_scale(q, scale: Optional[float]):
+    """torch takes any finite scale; the library folds a scale > 0 into Q. A
+    negative scale is the same call on -Q, and 0 the same call on 0·Q (so
+    gradients stay exact through autograd's own negation). Returns (q, scale);
+    a scale that is not finite is left to the library, which refuses it."""
+    if scale is None:
+        return q, None
+    scale = float(scale)
+    if scale < 0:
+        return -q, -scale
+    if scale == 0:
+        return q * 0.0, 1.0
+    return q, scale
 
 
 # --- torch ------------------------------------------------------------------
@@ -87,11 +96,14 @@ def _torch_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enabl
             attn_mask = torch.as_tensor(attn_mask)
         check_mask_shape(tuple(attn_mask.shape), plan, L, S)
         mask = _torch_mask_4d(attn_mask, plan, L, S)
-    seed = ops.new_seed() if dropout_p > 0.0 else None
-    out, _, _ = ops.attention_op(
-        q, k, v, mask, None, None, seed, "bhsd", _scale_of(scale, query.shape[-1]),
-        bool(is_causal), True, -1, -1, 0.0, float(dropout_p), False,
-    )
+    q, scale = _signed_scale(q, scale)
+    # dropout_p = 1 drops every key: zeros, still connected to the inputs.
+    p = 0.0 if dropout_p == 1.0 else float(dropout_p)
+    seed = ops.new_seed() if p > 0.0 else None
+    out, _, _ = ops.attention_op(q, k, v, mask, None, None, seed, "bhsd", scale, bool(is_causal), True, -1, -1, 0.0,
+                                 p, False)
+    if dropout_p == 1.0:
+        out = out * 0.0
     return out.reshape(plan.out_shape)
 
 
@@ -136,7 +148,8 @@ def _np_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_g
         if len(plan.batch) > 1:
             mask = np.broadcast_to(mask, plan.batch + (plan.heads, L, S)).reshape((-1, plan.heads, L, S))
         kw["mask"] = mask
-    if dropout_p > 0.0:
+    q, scale = _signed_scale(q, scale)
+    if 0.0 < dropout_p < 1.0:
         kw.update(
             dropout_p=float(dropout_p),
             dropout_seed=int(np.random.randint(0, 2**63 - 1, dtype=np.int64)),
@@ -144,9 +157,11 @@ def _np_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_g
         )
     out = np.empty((q.shape[0], plan.heads, L, value.shape[-1]), dtype=query.dtype)
     _sdpa.attention(
-        q, k, v, out, scale=_scale_of(scale, query.shape[-1]), causal=bool(is_causal), align="top_left",
-        reference=query.dtype == np.float64, **kw,
+        q, k, v, out, scale=scale, causal=bool(is_causal), align="top_left", reference=query.dtype == np.float64,
+        **kw,
     )
+    if dropout_p == 1.0:
+        out[...] = 0
     return out.reshape(plan.out_shape)
 
 

@@ -293,3 +293,25 @@ def test_gil_is_released():
     # Python code kept running while the library computed.
     during = [x for x in ticks if start <= x <= start + elapsed]
     assert len(during) >= 3, (len(during), elapsed)
+
+
+@pytest.mark.parametrize("scale", [-0.5, 0.0, 2.0])
+def test_any_finite_scale_as_torch(scale):
+    gen = torch.Generator().manual_seed(13)
+    q, k, v = (torch.randn(1, 2, 6, 8, generator=gen, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    mask = torch.rand(6, 6, generator=gen) < 0.7
+    got = sdpa.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    want = math_sdpa(q, k, v, attn_mask=mask, scale=scale)
+    torch.testing.assert_close(got, want, atol=1e-12, rtol=1e-12)
+    g = torch.autograd.grad(got.square().sum(), (q, k, v))
+    w = torch.autograd.grad(want.square().sum(), (q, k, v))
+    for a, b in zip(g, w):
+        torch.testing.assert_close(a, b, atol=1e-11, rtol=1e-10)
+
+
+def test_dropout_one_drops_everything():
+    q = torch.randn(1, 1, 4, 8, requires_grad=True)
+    out = sdpa.scaled_dot_product_attention(q, q, q, dropout_p=1.0)
+    assert torch.equal(out, torch.zeros_like(out))
+    out.sum().backward()
+    assert torch.equal(q.grad, torch.zeros_like(q))
