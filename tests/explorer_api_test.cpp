@@ -27,8 +27,10 @@
 #include <vector>
 
 #include "explorer_api.h"
+#include "teaching_math.h"
 
 namespace ex = sdpa::explorer;
+namespace teach = sdpa::teaching;
 using json = nlohmann::json;
 
 namespace {
@@ -43,29 +45,29 @@ json call(const std::string& endpoint, const json& body, int want_status = 200) 
 
 TEST(ExplorerMath, SoftmaxSumsToOneAndMatchesLogSoftmax) {
   const std::vector<double> s = {40, 12, 8};
-  const std::vector<double> p = ex::softmax(s), lp = ex::log_softmax(s);
+  const std::vector<double> p = teach::softmax(s), lp = teach::log_softmax(s);
   EXPECT_NEAR(std::accumulate(p.begin(), p.end(), 0.0), 1.0, 1e-15);
   for (std::size_t i = 0; i < s.size(); ++i) EXPECT_NEAR(std::exp(lp[i]), p[i], 1e-15);
   // log-probabilities keep the order even where the probabilities underflow.
   const std::vector<double> far = {1000, -1000, -999};
-  const std::vector<double> lfar = ex::log_softmax(far);
-  EXPECT_EQ(ex::softmax(far)[1], 0.0);
+  const std::vector<double> lfar = teach::log_softmax(far);
+  EXPECT_EQ(teach::softmax(far)[1], 0.0);
   EXPECT_LT(lfar[1], lfar[2]);
-  EXPECT_EQ(ex::ranks(lfar), (std::vector<int>{1, 3, 2}));
+  EXPECT_EQ(teach::ranks(lfar), (std::vector<int>{1, 3, 2}));
 }
 
 TEST(ExplorerMath, EntropyAndJacobian) {
   const std::vector<double> uniform(8, 1.0 / 8), one_hot = {1, 0, 0, 0};
-  EXPECT_NEAR(ex::entropy(uniform), std::log(8.0), 1e-12);
-  EXPECT_EQ(ex::entropy(one_hot), 0.0);
-  EXPECT_EQ(ex::jacobian_norm(one_hot), 0.0);  // saturated: no gradient at all
+  EXPECT_NEAR(teach::entropy(uniform), std::log(8.0), 1e-12);
+  EXPECT_EQ(teach::entropy(one_hot), 0.0);
+  EXPECT_EQ(teach::jacobian_norm(one_hot), 0.0);  // saturated: no gradient at all
   // diag(p) − p·pᵀ for p uniform over n: n(1/n − 1/n²)² + n(n−1)/n⁴.
   const double n = 8, want = std::sqrt(n * std::pow(1 / n - 1 / (n * n), 2) + n * (n - 1) / std::pow(n, 4));
-  EXPECT_NEAR(ex::jacobian_norm(uniform), want, 1e-12);
+  EXPECT_NEAR(teach::jacobian_norm(uniform), want, 1e-12);
 }
 
 TEST(ExplorerMath, RanksShareTies) {
-  EXPECT_EQ(ex::ranks(std::vector<double>{3, 1, 3, 2}), (std::vector<int>{1, 4, 1, 3}));
+  EXPECT_EQ(teach::ranks(std::vector<double>{3, 1, 3, 2}), (std::vector<int>{1, 4, 1, 3}));
 }
 
 // ---------------------------------------------------------------- endpoints
@@ -115,15 +117,15 @@ TEST(ExplorerApi, GrowthSpreadIsRootDk) {
 }
 
 TEST(ExplorerApi, GrowthIsDeterministicAndMatchesTheCurve) {
-  const ex::GrowthConfig cfg{16, 64, 9};
-  const ex::GrowthPoint a = ex::growth_point(128, cfg), b = ex::growth_point(128, cfg);
+  const teach::GrowthConfig cfg{16, 64, 9};
+  const teach::GrowthPoint a = teach::growth_point(128, cfg), b = teach::growth_point(128, cfg);
   EXPECT_EQ(a.std_raw, b.std_raw);
   EXPECT_EQ(a.raw.entropy, b.raw.entropy);
-  const std::vector<ex::GrowthPoint> curve = ex::growth_curve(128, cfg);
+  const std::vector<teach::GrowthPoint> curve = teach::growth_curve(128, cfg);
   ASSERT_EQ(curve.size(), 8u);  // 1, 2, ..., 128
   EXPECT_EQ(curve.back().std_raw, a.std_raw);
   EXPECT_EQ(curve.front().raw.entropy, curve.front().scaled.entropy);  // d_k = 1: nothing to scale
-  EXPECT_EQ(ex::growth_dks(100), (std::vector<int>{1, 2, 4, 8, 16, 32, 64, 100}));
+  EXPECT_EQ(teach::growth_dks(100), (std::vector<int>{1, 2, 4, 8, 16, 32, 64, 100}));
   const json c = call("curve", {{"seed", 9}, {"keys", 16}, {"trials", 64}, {"dk_max", 128}});
   ASSERT_EQ(c["points"].size(), 8u);
   EXPECT_EQ(c["points"][7]["std_raw"].get<double>(), a.std_raw);
@@ -143,7 +145,7 @@ Expected expected_attention(const json& r, double scale, bool causal) {
       for (std::size_t c = 0; c < d; ++c) dot += r["q"][i][c].get<double>() * r["k"][j][c].get<double>();
       s.push_back(causal && j > i ? -INFINITY : scale * dot);
     }
-    std::vector<double> p = ex::softmax(s);
+    std::vector<double> p = teach::softmax(s);
     std::vector<double> o(dv, 0.0);
     for (std::size_t j = 0; j < n; ++j) {
       for (std::size_t c = 0; c < dv; ++c) o[c] += p[j] * r["v"][j][c].get<double>();
