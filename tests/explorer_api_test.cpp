@@ -20,6 +20,7 @@
 #include <numeric>
 #include <optional>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -465,14 +466,28 @@ TEST(ExplorerAssets, AFixedSetOfFiles) {
   ASSERT_NE(index, nullptr);
   EXPECT_EQ(index->path, "/index.html");
   EXPECT_EQ(index->content_type, "text/html; charset=utf-8");
-  for (const char* path : {"/index.html", "/style.css", "/app.js", "/favicon.svg"}) {
+  const std::vector<std::pair<std::string, std::string>> files = {
+      {"/index.html", "text/html; charset=utf-8"},       {"/style.css", "text/css; charset=utf-8"},
+      {"/favicon.svg", "image/svg+xml"},                 {"/main.js", "text/javascript; charset=utf-8"},
+      {"/i18n.js", "text/javascript; charset=utf-8"},    {"/strings.en.js", "text/javascript; charset=utf-8"},
+      {"/strings.ko.js", "text/javascript; charset=utf-8"}, {"/util.js", "text/javascript; charset=utf-8"},
+      {"/state.js", "text/javascript; charset=utf-8"},   {"/scaling.js", "text/javascript; charset=utf-8"},
+      {"/story.js", "text/javascript; charset=utf-8"},   {"/growth.js", "text/javascript; charset=utf-8"},
+      {"/map.js", "text/javascript; charset=utf-8"},     {"/myths.js", "text/javascript; charset=utf-8"},
+      {"/hangul-subset.woff2", "font/woff2"},            {"/hangul-subset.OFL.txt", "text/plain; charset=utf-8"},
+  };
+  EXPECT_EQ(ex::assets().size(), files.size());
+  for (const auto& [path, type] : files) {
     const ex::Asset* a = ex::find_asset(path);
     ASSERT_NE(a, nullptr) << path;
     EXPECT_FALSE(a->body.empty()) << path;
+    EXPECT_EQ(a->content_type, type) << path;
   }
-  EXPECT_EQ(ex::find_asset("/app.js")->content_type, "text/javascript; charset=utf-8");
-  for (const char* path : {"", "/../CMakeLists.txt", "/web/index.html", "/index.html/", "/INDEX.HTML", "/app.js?x=1",
-                           "/./app.js", "//app.js", "/api/info", "/embed.cmake", "/%2e%2e/CMakeLists.txt"}) {
+  // The font is a whole woff2 file (signature "wOF2"), shipped with its licence.
+  EXPECT_EQ(ex::find_asset("/hangul-subset.woff2")->body.substr(0, 4), "wOF2");
+  EXPECT_NE(std::string(ex::find_asset("/hangul-subset.OFL.txt")->body).find("SIL Open Font License"), std::string::npos);
+  for (const char* path : {"", "/../CMakeLists.txt", "/web/index.html", "/index.html/", "/INDEX.HTML", "/main.js?x=1",
+                           "/./main.js", "//main.js", "/api/info", "/embed.cmake", "/%2e%2e/CMakeLists.txt", "/app.js"}) {
     EXPECT_EQ(ex::find_asset(path), nullptr) << path;
   }
 }
@@ -487,13 +502,37 @@ TEST(ExplorerAssets, PageIsSelfContained) {
   }
   EXPECT_GE(refs, 3);
   EXPECT_EQ(html.find("http"), std::string::npos);
-  const std::string js(ex::find_asset("/app.js")->body);
-  EXPECT_EQ(js.find("https://"), std::string::npos);
-  EXPECT_EQ(js.find("import("), std::string::npos);
-  EXPECT_EQ(std::string(ex::find_asset("/style.css")->body).find("@import"), std::string::npos);
-  // Both languages.
-  EXPECT_NE(js.find("ko: {"), std::string::npos);
-  EXPECT_NE(js.find("어텐션"), std::string::npos);
+  // Every module's imports are embedded files, and nothing is fetched from elsewhere.
+  const std::regex import_from(R"re(from "\./([^"]+)")re");
+  int imports = 0;
+  for (const ex::Asset& a : ex::assets()) {
+    if (a.content_type.find("javascript") == std::string_view::npos) continue;
+    const std::string js(a.body);
+    EXPECT_EQ(js.find("https://"), std::string::npos) << a.path;
+    EXPECT_EQ(js.find("import("), std::string::npos) << a.path;
+    for (auto it = std::sregex_iterator(js.begin(), js.end(), import_from); it != std::sregex_iterator(); ++it, ++imports) {
+      EXPECT_NE(ex::find_asset("/" + (*it)[1].str()), nullptr) << a.path << " imports " << (*it)[1].str();
+    }
+  }
+  EXPECT_GE(imports, 10);
+  const std::string css(ex::find_asset("/style.css")->body);
+  EXPECT_EQ(css.find("@import"), std::string::npos);
+  EXPECT_NE(css.find("url(\"hangul-subset.woff2\")"), std::string::npos);
+  // Both languages, with the same keys.
+  const std::string en(ex::find_asset("/strings.en.js")->body), ko(ex::find_asset("/strings.ko.js")->body);
+  EXPECT_NE(ko.find("어텐션"), std::string::npos);
+  const std::regex key(R"re(\n  "?([A-Za-z0-9_.]+)"?: )re");
+  auto keys = [&](const std::string& s) {
+    std::set<std::string> out;
+    for (auto it = std::sregex_iterator(s.begin(), s.end(), key); it != std::sregex_iterator(); ++it) out.insert((*it)[1].str());
+    return out;
+  };
+  EXPECT_GT(keys(en).size(), 100u);
+  EXPECT_EQ(keys(en), keys(ko));
+  // The lesson's Korean sentence, as the lesson words it.
+  EXPECT_NE(ko.find("Query와 Key를 비교한 점수를 √d_k로 나눈 뒤 Softmax에 넣는다."), std::string::npos);
+  // No particle left for the reader to choose.
+  for (const char* both : {"이(가)", "은(는)", "을(를)", "(으)로", "와(과)"}) EXPECT_EQ(ko.find(both), std::string::npos) << both;
 }
 
 // ---------------------------------------------------------------- processes

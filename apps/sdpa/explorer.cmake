@@ -37,7 +37,12 @@ if(NOT _sdpa_have_stats)
 endif()
 
 set(SDPA_WEB_DIR ${PROJECT_SOURCE_DIR}/web)
-set(SDPA_WEB_FILES index.html style.css app.js favicon.svg)
+# Every file the page loads; web/embed.cmake gives each its content type.
+set(SDPA_WEB_FILES
+  index.html style.css favicon.svg
+  main.js i18n.js strings.en.js strings.ko.js util.js state.js
+  scaling.js story.js growth.js map.js myths.js
+  hangul-subset.woff2 hangul-subset.OFL.txt)
 set(SDPA_WEB_INPUTS ${SDPA_WEB_FILES})
 list(TRANSFORM SDPA_WEB_INPUTS PREPEND ${SDPA_WEB_DIR}/)
 list(JOIN SDPA_WEB_FILES "," SDPA_WEB_FILE_LIST)
