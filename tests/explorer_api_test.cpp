@@ -209,6 +209,34 @@ TEST(ExplorerApi, AttentionMapTakesEnteredVectors) {
   expect_map_matches(r);
 }
 
+// The page's real head (web/minilm-head.json, from all-MiniLM-L6-v2): value rows as long as
+// the head (32), more than /api/attention's d_v limit; both scales computed by the library.
+TEST(ExplorerApi, RealHeadFromTheShippedFile) {
+  const json file = json::parse(std::string(ex::find_asset("/minilm-head.json")->body));
+  const std::size_t d = file["d"];
+  EXPECT_EQ(d, 32u);
+  ASSERT_GE(file["heads"].size(), 2u);
+  const json& head = file["heads"][0];
+  ASSERT_EQ(head["v"][0].size(), d);
+  const json r = call("head", {{"tokens", file["tokens"]}, {"q", head["q"]}, {"k", head["k"]}, {"v", head["v"]}});
+  EXPECT_EQ(r["d"], d);
+  EXPECT_EQ(r["dv"], d);
+  EXPECT_EQ(r["n"], file["tokens"].size());
+  EXPECT_NEAR(r["scaled"]["scale"].get<double>(), 1 / std::sqrt(32.0), 1e-12);
+  expect_map_matches(r);
+  // Without the scaling the real head is sharper: lower entropy on average.
+  EXPECT_LT(r["unscaled"]["mean_entropy"].get<double>(), r["scaled"]["mean_entropy"].get<double>());
+  // Q, K, V are required (no random fallback), and the fields are /api/head's own.
+  const json missing = call("head", {{"tokens", {"a", "b"}}, {"q", {{1}, {2}}}}, 400);
+  EXPECT_EQ(missing["field"], "k");
+  const json unknown = call("head", {{"tokens", {"a"}}, {"seed", 3}}, 400);
+  EXPECT_EQ(unknown["field"], "seed");
+  json long_v = head["v"];
+  long_v[0].push_back(1.0);
+  const json ragged = call("head", {{"tokens", file["tokens"]}, {"q", head["q"]}, {"k", head["k"]}, {"v", long_v}}, 400);
+  EXPECT_EQ(ragged["field"], "v");
+}
+
 TEST(ExplorerApi, MisconceptionsAreRefutedByTheNumbers) {
   const json r = call("misconceptions", {{"scores", {40, 12, 8}}, {"dk", 64}});
   EXPECT_EQ(r["order"]["same"], true);
@@ -474,6 +502,7 @@ TEST(ExplorerAssets, AFixedSetOfFiles) {
       {"/state.js", "text/javascript; charset=utf-8"},   {"/scaling.js", "text/javascript; charset=utf-8"},
       {"/story.js", "text/javascript; charset=utf-8"},   {"/growth.js", "text/javascript; charset=utf-8"},
       {"/map.js", "text/javascript; charset=utf-8"},     {"/myths.js", "text/javascript; charset=utf-8"},
+      {"/head.js", "text/javascript; charset=utf-8"},    {"/minilm-head.json", "application/json"},
       {"/hangul-subset.woff2", "font/woff2"},            {"/hangul-subset.OFL.txt", "text/plain; charset=utf-8"},
   };
   EXPECT_EQ(ex::assets().size(), files.size());

@@ -3,10 +3,11 @@
 // inline SVG, no libraries):
 //   i18n.js + strings.en.js, strings.ko.js   the two languages
 //   util.js                                   formatting, DOM, the API client
-//   scaling.js  story.js  growth.js  map.js  myths.js   one section each
+//   scaling.js  story.js  growth.js  map.js  head.js  myths.js   one section (or part) each
 import { currentLang, plain, setLang, t, tr } from "./i18n.js";
 import { state } from "./state.js";
 import * as growth from "./growth.js";
+import * as head from "./head.js";
 import * as map from "./map.js";
 import * as myths from "./myths.js";
 import * as scaling from "./scaling.js";
@@ -31,6 +32,7 @@ function applyLang(next) {
   story.render();
   growth.render();
   map.render();
+  head.render();
   myths.render();
   try {
     localStorage.setItem("sdpa-explorer-lang", lang);
@@ -64,6 +66,7 @@ async function start() {
   story.init();
   growth.init();
   map.init();
+  head.init();
   myths.init();
   applyLang(initialLang());
   try {
@@ -79,7 +82,7 @@ async function start() {
     return;
   }
   // The story's answer starts the misunderstandings' request; wait for it too.
-  await Promise.all([scaling.update(), story.update(), growth.update(), map.update()]);
+  await Promise.all([scaling.update(), story.update(), growth.update(), map.update(), head.update()]);
   await myths.update.settled();
   document.body.dataset.ready = "1";
   document.body.dataset.lang = currentLang();

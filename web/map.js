@@ -91,8 +91,8 @@ function fillFromRandom() {
 }
 
 // Light blue to dark blue, by probability.
-const BLUES = [[247, 251, 255], [198, 219, 239], [107, 174, 214], [33, 113, 181], [8, 48, 107]];
-function ramp(stops, x) {
+export const BLUES = [[247, 251, 255], [198, 219, 239], [107, 174, 214], [33, 113, 181], [8, 48, 107]];
+export function ramp(stops, x) {
   const y = Math.max(0, Math.min(1, x)) * (stops.length - 1);
   const i = Math.min(Math.floor(y), stops.length - 2);
   const f = y - i;
@@ -104,7 +104,7 @@ const NEG = [[255, 255, 255], [253, 208, 162], [230, 85, 13], [127, 39, 4]];
 const POS = [[255, 255, 255], [203, 201, 226], [117, 107, 177], [63, 0, 125]];
 
 // One heatmap: `value(i, j)` is shown in cell (i, j), coloured by `color(v)`.
-function drawHeatmap(host, r, { value, color, text, title, sums }) {
+export function drawHeatmap(host, r, { value, color, text, title, sums }) {
   const n = r.n;
   host.style.gridTemplateColumns = `minmax(44px, max-content) repeat(${n}, minmax(34px, 1fr))${sums ? " 46px" : ""}`;
   const cells = [h("div", { class: "hd corner", text: "q \\ k", "aria-hidden": "true" })];
@@ -139,12 +139,12 @@ function drawHeatmap(host, r, { value, color, text, title, sums }) {
   host.dataset.causal = String(r.causal);
 }
 
-// Marks cell (i, j) in every map of the section, or clears the marks.
-function mark(i, j) {
+// Marks cell (i, j) in every map of the same group (the toy maps, or the
+// real head's), or clears the marks.
+function mark(i, j, group) {
   for (const c of $$("#map .cell.hl")) c.classList.remove("hl");
-  for (const x of $$("#map .hd.hl")) x.classList.remove("hl");
   if (i === null) return;
-  for (const c of $$(`#map .cell[data-row="${i}"][data-col="${j}"]`)) c.classList.add("hl");
+  for (const c of $$(`#map .heatmap[data-group="${group}"] .cell[data-row="${i}"][data-col="${j}"]`)) c.classList.add("hl");
 }
 
 export function render() {
@@ -223,7 +223,7 @@ export function init() {
   const section = $("#map");
   const at = (e) => {
     const c = e.target.closest && e.target.closest(".cell");
-    mark(c ? c.dataset.row : null, c ? c.dataset.col : null);
+    mark(c ? c.dataset.row : null, c ? c.dataset.col : null, c ? c.closest(".heatmap").dataset.group : null);
   };
   section.addEventListener("pointerover", at);
   section.addEventListener("focusin", at);

@@ -178,6 +178,13 @@ export default {
   "s4.hover": "Point at or focus (Tab) a cell: the same query and key are marked in all four maps.",
   "s4.score_cell": "query “{q}” → key “{k}”: score {s}",
 
+  "s4.real_title": "A real sentence, a real head (all-MiniLM-L6-v2)",
+  "s4.real_lead":
+    "These queries, keys and values are those of one sentence in a small trained model, all-MiniLM-L6-v2 (layer {layer}, heads of size d = {d}), exported by `scripts/export-minilm-head`. The model was trained with the scaling, so the map with scaling is what it really computes; without it, the same head turns much sharper.",
+  "s4.real_head": "Head",
+  "s4.real_note":
+    "Sentence: “{sentence}”. Mean row entropy: {e_raw} nats without scaling, {e_scaled} with scaling; the largest weight of a row is {m_raw} on average without scaling, {m_scaled} with.",
+
   "m1.b":
     "This is a proof, not an experiment: dividing every score by the same positive number √d_k keeps their order, and the softmax is increasing, so it keeps it too. The {trials} random score vectors confirm it ({changed} orders changed, {winner} winners changed). What would break it is a number that is not the same for every key, or not positive: dividing by −1 reverses the order.",
 

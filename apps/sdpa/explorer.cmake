@@ -41,7 +41,8 @@ set(SDPA_WEB_DIR ${PROJECT_SOURCE_DIR}/web)
 set(SDPA_WEB_FILES
   index.html style.css favicon.svg
   main.js i18n.js strings.en.js strings.ko.js util.js state.js
-  scaling.js story.js growth.js map.js myths.js
+  scaling.js story.js growth.js map.js head.js myths.js
+  minilm-head.json
   hangul-subset.woff2 hangul-subset.OFL.txt)
 set(SDPA_WEB_INPUTS ${SDPA_WEB_FILES})
 list(TRANSFORM SDPA_WEB_INPUTS PREPEND ${SDPA_WEB_DIR}/)

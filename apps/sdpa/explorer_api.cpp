@@ -272,16 +272,19 @@ json curve(const json& req) {
   return out;
 }
 
-json attention_map(const json& req) {
-  check_fields(req, {"tokens", "d", "dv", "seed", "causal", "q", "k", "v"});
+namespace {
+
+// attention_map and real_head: `max_dv` bounds the value rows; `random_allowed`
+// lets Q, K, V be drawn from a seed when they are not entered.
+json attention_of(const json& req, std::size_t max_dv, bool random_allowed) {
   const std::vector<std::string> tokens =
       get_labels(req, "tokens", 1, kMaxTokens, kMaxTokenBytes, {"Tom", "lives", "in", "New York"});
   const std::size_t n = tokens.size();
   const bool causal = get_bool(req, "causal", false);
-  const std::uint64_t seed = get_seed(req, "seed", 7);
-  const bool entered = find(req, "q") || find(req, "k") || find(req, "v");
+  const std::uint64_t seed = random_allowed ? get_seed(req, "seed", 7) : 0;
+  const bool entered = !random_allowed || find(req, "q") || find(req, "k") || find(req, "v");
   std::size_t d = static_cast<std::size_t>(get_int(req, "d", 1, kMaxHeadDim, 16));
-  std::size_t dv = static_cast<std::size_t>(get_int(req, "dv", 1, kMaxValueDim, 4));
+  std::size_t dv = static_cast<std::size_t>(get_int(req, "dv", 1, static_cast<std::int64_t>(max_dv), 4));
   std::vector<double> q, k, v;
   if (entered) {
     for (const char* name : {"q", "k", "v"}) {
@@ -293,7 +296,7 @@ json attention_map(const json& req) {
     if (!find(req, "dv")) dv = 0;
     q = get_matrix(req["q"], "q", n, d, kMaxHeadDim);
     k = get_matrix(req["k"], "k", n, d, kMaxHeadDim);
-    v = get_matrix(req["v"], "v", n, dv, kMaxValueDim);
+    v = get_matrix(req["v"], "v", n, dv, max_dv);
   } else {
     // Q, K, V ~ N(0, 1), one stream per matrix so changing dv leaves Q and K alone.
     Normal nq(mix(seed ^ 0x51)), nk(mix(seed ^ 0x4b)), nv(mix(seed ^ 0x56));
@@ -358,6 +361,18 @@ json attention_map(const json& req) {
           {"scaled", side(scaled, 1.0 / std::sqrt(static_cast<double>(d)))},
           {"unscaled", side(unscaled, 1.0)},
           {"isa", isa_name(resolve_isa(Isa::automatic))}};
+}
+
+}  // namespace
+
+json attention_map(const json& req) {
+  check_fields(req, {"tokens", "d", "dv", "seed", "causal", "q", "k", "v"});
+  return attention_of(req, kMaxValueDim, true);
+}
+
+json real_head(const json& req) {
+  check_fields(req, {"tokens", "causal", "q", "k", "v"});
+  return attention_of(req, kMaxHeadDim, false);
 }
 
 json misconceptions(const json& req) {
@@ -471,6 +486,7 @@ Response handle(std::string_view method, std::string_view path, std::string_view
   static const std::map<std::string, Endpoint, std::less<>> posts = {
       {"/api/scale", scale},         {"/api/softmax", softmax_story},     {"/api/growth", growth},
       {"/api/curve", curve},         {"/api/attention", attention_map},   {"/api/misconceptions", misconceptions},
+      {"/api/head", real_head},
   };
   try {
     if (path == "/api/info") {

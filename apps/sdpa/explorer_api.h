@@ -20,6 +20,8 @@
 //   POST /api/curve           {dk_max?, seed?, keys?, trials?} → the same statistics over d_k = 1, 2, 4, ...
 //   POST /api/attention       {tokens, d?, dv?, seed?, causal?, q?, k?, v?} → attention maps with and without scaling
 //   POST /api/misconceptions  {scores?, dk?, big_dk?, seed?}  → live checks of common misunderstandings
+//   POST /api/head            {tokens, q, k, v, causal?}      → attention's answer for entered Q, K, V with
+//                                                                value rows up to d long (a real model's head)
 //
 // A bad request is answered with HTTP 400 and {"error": "dk: expected ...", "field": "dk"}.
 // A request whose work exceeds kMaxWork is a bad request too (400 naming
@@ -87,6 +89,7 @@ nlohmann::json growth(const nlohmann::json& req);
 nlohmann::json curve(const nlohmann::json& req);
 nlohmann::json attention_map(const nlohmann::json& req);
 nlohmann::json misconceptions(const nlohmann::json& req);
+nlohmann::json real_head(const nlohmann::json& req);
 
 // Admission for the costly endpoints: at most `running` at once, at most
 // `waiting` more waiting (each at most `max_wait`) for a turn.

@@ -493,6 +493,20 @@ def run(args):
         causal.click()
         wait_for(driver, "the heatmaps again", lambda d: d.find_element(By.ID, "map-scaled").get_attribute("data-causal") == "false")
 
+        # A real head (all-MiniLM-L6-v2) through /api/head: rows sum to 1; without scaling it is sharper.
+        wait_for(driver, "the real head", lambda d: d.find_element(By.ID, "real-scaled").get_attribute("data-n"))
+        for host_id in ("real-scaled", "real-unscaled"):
+            got = heatmap_rows(driver, host_id)
+            check(got["n"] >= 4, f"{host_id}: {got['n']} tokens")
+            for i, row in enumerate(got["rows"]):
+                check(abs(math.fsum(row) - 1) < 1e-5, f"{host_id} row {i} sums to {math.fsum(row)}")
+        entropy = {x: float(driver.find_element(By.ID, x).get_attribute("data-entropy")) for x in ("real-scaled", "real-unscaled")}
+        check(entropy["real-unscaled"] < entropy["real-scaled"], f"real head entropies {entropy}")
+        select = driver.find_element(By.ID, "real-head")
+        driver.execute_script("arguments[0].scrollIntoView({block: 'center'}); arguments[0].selectedIndex = 1;"
+                              " arguments[0].dispatchEvent(new Event('change'))", select)
+        wait_for(driver, "the second head", lambda d: float(d.find_element(By.ID, "real-scaled").get_attribute("data-entropy")) != entropy["real-scaled"])
+
         # Too many tokens: a message in the page's language, naming the limit.
         tokens = driver.find_element(By.ID, "tokens")
         set_input(driver, tokens, ",".join(f"t{i}" for i in range(20)))
