@@ -930,4 +930,47 @@ TEST(ExplorerStats, PrintsTheTableAndWritesTheSvgAtomically) {
   std::filesystem::remove_all(dir);
 }
 
+// `sdpa stats --lang ko`: the same numbers, in Korean, table and chart; the uniform weight and
+// the unscaled gradient's peak below the table in both languages.
+TEST(ExplorerStats, SpeaksKorean) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("sdpa_stats_ko_test_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path svg = dir / "stats-ko.svg";
+  Child ko = Child::spawn({SDPA_CLI, "stats", "--dk-max", "64", "--lang", "ko", "--svg", svg.string()});
+  const std::string out_ko = Child::drain(ko.out);
+  EXPECT_EQ(ko.wait(), 0) << Child::drain(ko.err);
+  Child en = Child::spawn({SDPA_CLI, "stats", "--dk-max", "64"});
+  const std::string out_en = Child::drain(en.out);
+  EXPECT_EQ(en.wait(), 0);
+  for (const char* s : {"점수의 표준편차", "가장 큰 가중치", "기울기 크기", "균등 소프트맥스", "1/16 = 0.0625", "d_k = 4에서 가장 큼"}) {
+    EXPECT_NE(out_ko.find(s), std::string::npos) << s << "\n" << out_ko;
+  }
+  for (const char* s : {"std of scores", "largest weight of a uniform softmax over 16 keys: 1/16 = 0.0625",
+                        "without scaling the gradient first rises (largest at d_k = 4)"}) {
+    EXPECT_NE(out_en.find(s), std::string::npos) << s << "\n" << out_en;
+  }
+  // The numbers are the same in both languages: the rows of the table match.
+  auto rows = [](const std::string& out) {
+    std::vector<std::string> r;
+    std::istringstream lines(out);
+    for (std::string line; std::getline(lines, line);) {
+      if (std::regex_search(line, std::regex(R"(^\s+\d+\s+\d)"))) r.push_back(line);
+    }
+    return r;
+  };
+  EXPECT_EQ(rows(out_ko).size(), 7u);
+  EXPECT_EQ(rows(out_ko), rows(out_en));
+  std::ifstream in(svg);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("어텐션 점수는 왜"), std::string::npos);
+  EXPECT_NE(text.find("키 16개 균등: 0.062"), std::string::npos);  // the uniform line of the largest weight
+  Child bad = Child::spawn({SDPA_CLI, "stats", "--lang", "fr"});
+  Child::drain(bad.out);
+  const std::string err = Child::drain(bad.err);
+  EXPECT_EQ(bad.wait(), 2);
+  EXPECT_NE(err.find("--lang"), std::string::npos) << err;
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace

@@ -106,7 +106,10 @@ const POS = [[255, 255, 255], [203, 201, 226], [117, 107, 177], [63, 0, 125]];
 // One heatmap: `value(i, j)` is shown in cell (i, j), coloured by `color(v)`.
 export function drawHeatmap(host, r, { value, color, text, title, sums }) {
   const n = r.n;
-  host.style.gridTemplateColumns = `minmax(44px, max-content) repeat(${n}, minmax(34px, 1fr))${sums ? " 46px" : ""}`;
+  // Many tokens (a real sentence) get narrower cells.
+  const cell = n > 8 ? 27 : 34;
+  host.classList.toggle("dense", n > 8);
+  host.style.gridTemplateColumns = `minmax(44px, max-content) repeat(${n}, minmax(${cell}px, 1fr))${sums ? " 42px" : ""}`;
   const cells = [h("div", { class: "hd corner", text: "q \\ k", "aria-hidden": "true" })];
   for (const tok of r.tokens) cells.push(h("div", { class: "hd col", text: tok, title: tok }));
   if (sums) cells.push(h("div", { class: "hd col", text: "Σ" }));

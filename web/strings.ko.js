@@ -16,7 +16,7 @@ export default {
   "term.seed": "난수 시드 (seed)",
 
   "s1.presets": "자주 쓰는 d_k:",
-  "s1.caption_exact": "√{dk} = {sqrt}로 딱 떨어지므로 스케일 계수 1/√d_k는 {scale}입니다. 이 값은 d_k만으로 정해집니다.",
+  "s1.caption_exact": "√{dk} = {sqrt:으로} 딱 떨어지므로 스케일 계수 1/√d_k는 {scale}입니다. 이 값은 d_k만으로 정해집니다.",
   "s1.caption_approx": "√{dk} ≈ {sqrt}이므로 스케일 계수 1/√d_k ≈ {scale}입니다. 이 값은 d_k만으로 정해집니다.",
 
   "s2.title": "Tom, New York, lives: 스케일링 전후의 소프트맥스",
@@ -88,7 +88,7 @@ export default {
   "m2.col_scale": "스케일 1/√d_k",
   "m3.claim": "“d_k가 커도 스케일링 없이 괜찮다.”",
   "m3.a":
-    "d_k = {dk}에서 스케일링하지 않은 소프트맥스는 포화됩니다. 평균적으로 키 하나가 가중치의 {max_raw}를 가져가고 기울기는 {grad_raw}로 줄어듭니다 (스케일링하면 {grad_scaled}).",
+    "d_k = {dk}에서 스케일링하지 않은 소프트맥스는 포화됩니다. 평균적으로 키 하나가 가중치의 {max_raw}를 가져가고 기울기는 {grad_raw:으로} 줄어듭니다 (스케일링하면 {grad_scaled}).",
   "m3.col_small": "d_k = {dk}",
   "m3.row_max": "가장 큰 가중치",
   "m3.row_entropy": "엔트로피 (nat)",

@@ -243,7 +243,7 @@ LESSON = [
     (1, "#intro", "longer the vectors", "벡터가 길수록"),
     (2, "#simple .lead", "930", "930"),
     (2, "#students", "Minsu", "민수"),
-    (3, "#story-summary", "Tom", "Tom"),
+    (3, "#story-summary", "the scores become 5, 1.5 and 1: Tom still leads with 95.4%", "점수는 5, 1.5, 1이 되고, Tom은 여전히 95.4%로"),
     (4, "#height", "1.8 m", "1.8 m"),
     (5, "#steps", "relevance score", "관련도 점수"),
     (6, "#divide-by", "number of entries", "숫자의 개수"),
@@ -278,6 +278,26 @@ def check_lesson(driver, lang):
     check(readout == ["40.00", "64", "8.00", "40.00", "5.00"], f"part 8: readout {readout}")
     check(int(driver.find_element(By.ID, "score").get_attribute("max")) >= 1000, "part 8: the score slider stops below 1000")
     check(len(driver.find_elements(By.CSS_SELECTOR, "#myth-list .myth")) == 4, "part 9: not four misunderstandings")
+
+
+# The Korean particle after a number or a name, as the page's josa() picks it.
+JOSA = [
+    ("40", "을", "을"), ("100", "을", "을"), ("2", "을", "를"), ("8", "으로", "로"), ("16", "으로", "으로"),
+    ("7", "으로", "로"), ("3", "으로", "으로"), ("10", "으로", "으로"), ("9.849", "으로", "로"), ("5", "이", "가"),
+    ("6.25", "이", "가"), ("1", "이", "이"), ("1.5", "이", "가"), ("0", "이", "이"), ("1000", "이", "이"),
+    ("Tom", "이", "이"), ("Tom", "은", "은"), ("New York", "이", "이"), ("lives", "은", "는"), ("model", "으로", "로"),
+    ("민수", "이", "가"), ("철수", "과", "와"), ("영희", "은", "는"), ("철수네 반", "을", "을"), ("서울", "으로", "로"),
+]
+
+
+def check_josa(driver):
+    got = driver.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "import('./i18n.js').then(m => done(arguments[0].map(([w, p]) => m.josa(w, p))), e => done(String(e)));",
+        [[w, p] for w, p, _ in JOSA])
+    want = [x for _, _, x in JOSA]
+    bad = [(w, p, g, x) for (w, p, x), g in zip(JOSA, got)] if isinstance(got, list) else got
+    check(got == want, f"josa: (word, particle, got, want) {[b for b in bad if b[2] != b[3]] if isinstance(bad, list) else bad}")
 
 
 def check_slider_names(driver, lang):
@@ -469,6 +489,8 @@ def run(args):
                 switch_lang(driver, "ko")
                 wait_for(driver, "the Korean story", lambda d: HANGUL.search(text_of(d, "#story-summary") or "") is not None)
             check_lesson(driver, lang)
+            if lang == "ko":
+                check_josa(driver)
             check_slider_names(driver, lang)
             check_live_readout(driver, base, lang)
             check_story_tie_and_clear(driver, base, lang)
