@@ -132,6 +132,33 @@ TEST(ExplorerApi, GrowthIsDeterministicAndMatchesTheCurve) {
   EXPECT_EQ(c["points"][7]["std_raw"].get<double>(), a.std_raw);
 }
 
+// Without scaling the gradient first rises with d_k, then falls as the softmax saturates:
+// the curve endpoint names the peak, and the uniform weight for its largest-weight panel.
+TEST(ExplorerApi, CurveNamesTheUnscaledGradientsPeak) {
+  std::vector<teach::GrowthPoint> pts(4);
+  const double grads[] = {0.2, 0.35, 0.3, 0.1};
+  for (int i = 0; i < 4; ++i) {
+    pts[static_cast<std::size_t>(i)].dk = 1 << i;
+    pts[static_cast<std::size_t>(i)].raw.grad_norm = grads[i];
+  }
+  EXPECT_EQ(teach::raw_gradient_peak(pts), 2);
+  EXPECT_EQ(teach::raw_gradient_peak({}), 0);
+  const json c = call("curve", {{"seed", 1}});
+  const int peak = c["raw_grad_peak"];
+  double best = -1;
+  int want = 0;
+  for (const json& p : c["points"]) {
+    if (p["raw"]["grad_norm"].get<double>() > best) {
+      best = p["raw"]["grad_norm"].get<double>();
+      want = p["dk"];
+    }
+  }
+  EXPECT_EQ(peak, want);
+  EXPECT_GT(peak, 1);      // it rises first ...
+  EXPECT_LT(peak, 1024);   // ... and falls after
+  EXPECT_EQ(c["uniform_weight"].get<double>(), 1.0 / c["keys"].get<double>());
+}
+
 // softmax(scale·Q·Kᵀ) and P·V in double, from the float32 inputs the API reports.
 struct Expected {
   std::vector<std::vector<double>> p, o;

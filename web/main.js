@@ -4,7 +4,7 @@
 //   i18n.js + strings.en.js, strings.ko.js   the two languages
 //   util.js                                   formatting, DOM, the API client
 //   scaling.js  story.js  growth.js  map.js  head.js  myths.js   one section (or part) each
-import { currentLang, plain, setLang, t, tr } from "./i18n.js";
+import { currentLang, plain, rich, setLang, t, tr } from "./i18n.js";
 import { state } from "./state.js";
 import * as growth from "./growth.js";
 import * as head from "./head.js";
@@ -23,7 +23,7 @@ function applyLang(next) {
   for (const b of $$(".lang button")) b.setAttribute("aria-pressed", String(b.dataset.lang === lang));
   $("#glossary-table tbody").replaceChildren(
     ...t("glossary").map(([en, ko, meaning]) =>
-      h("tr", {}, h("td", { "data-head": "English" }, en), h("td", { "data-head": "한국어" }, ko), h("td", { "data-head": t("gl.meaning") }, meaning)),
+      h("tr", {}, h("td", {}, rich(en)), h("td", {}, rich(ko)), h("td", {}, rich(meaning))),
     ),
   );
   if (state.info) $("#footer-text").replaceChildren(tr("footer", { isa: state.info.isa }));
