@@ -31,6 +31,7 @@ const Endpoint kEndpoints[] = {
     {"POST", "/api/curve", sdpa::explorer::curve},
     {"POST", "/api/attention", sdpa::explorer::attention_map},
     {"POST", "/api/misconceptions", sdpa::explorer::misconceptions},
+    {"POST", "/api/head", sdpa::explorer::real_head},
     {"GET", "/api/scale", nullptr},
     {"POST", "/api/nope", nullptr},
     {"PUT", "/api/softmax", nullptr},

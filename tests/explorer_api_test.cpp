@@ -20,6 +20,7 @@
 #include <numeric>
 #include <optional>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -27,8 +28,10 @@
 #include <vector>
 
 #include "explorer_api.h"
+#include "teaching_math.h"
 
 namespace ex = sdpa::explorer;
+namespace teach = sdpa::teaching;
 using json = nlohmann::json;
 
 namespace {
@@ -43,29 +46,29 @@ json call(const std::string& endpoint, const json& body, int want_status = 200) 
 
 TEST(ExplorerMath, SoftmaxSumsToOneAndMatchesLogSoftmax) {
   const std::vector<double> s = {40, 12, 8};
-  const std::vector<double> p = ex::softmax(s), lp = ex::log_softmax(s);
+  const std::vector<double> p = teach::softmax(s), lp = teach::log_softmax(s);
   EXPECT_NEAR(std::accumulate(p.begin(), p.end(), 0.0), 1.0, 1e-15);
   for (std::size_t i = 0; i < s.size(); ++i) EXPECT_NEAR(std::exp(lp[i]), p[i], 1e-15);
   // log-probabilities keep the order even where the probabilities underflow.
   const std::vector<double> far = {1000, -1000, -999};
-  const std::vector<double> lfar = ex::log_softmax(far);
-  EXPECT_EQ(ex::softmax(far)[1], 0.0);
+  const std::vector<double> lfar = teach::log_softmax(far);
+  EXPECT_EQ(teach::softmax(far)[1], 0.0);
   EXPECT_LT(lfar[1], lfar[2]);
-  EXPECT_EQ(ex::ranks(lfar), (std::vector<int>{1, 3, 2}));
+  EXPECT_EQ(teach::ranks(lfar), (std::vector<int>{1, 3, 2}));
 }
 
 TEST(ExplorerMath, EntropyAndJacobian) {
   const std::vector<double> uniform(8, 1.0 / 8), one_hot = {1, 0, 0, 0};
-  EXPECT_NEAR(ex::entropy(uniform), std::log(8.0), 1e-12);
-  EXPECT_EQ(ex::entropy(one_hot), 0.0);
-  EXPECT_EQ(ex::jacobian_norm(one_hot), 0.0);  // saturated: no gradient at all
+  EXPECT_NEAR(teach::entropy(uniform), std::log(8.0), 1e-12);
+  EXPECT_EQ(teach::entropy(one_hot), 0.0);
+  EXPECT_EQ(teach::jacobian_norm(one_hot), 0.0);  // saturated: no gradient at all
   // diag(p) − p·pᵀ for p uniform over n: n(1/n − 1/n²)² + n(n−1)/n⁴.
   const double n = 8, want = std::sqrt(n * std::pow(1 / n - 1 / (n * n), 2) + n * (n - 1) / std::pow(n, 4));
-  EXPECT_NEAR(ex::jacobian_norm(uniform), want, 1e-12);
+  EXPECT_NEAR(teach::jacobian_norm(uniform), want, 1e-12);
 }
 
 TEST(ExplorerMath, RanksShareTies) {
-  EXPECT_EQ(ex::ranks(std::vector<double>{3, 1, 3, 2}), (std::vector<int>{1, 4, 1, 3}));
+  EXPECT_EQ(teach::ranks(std::vector<double>{3, 1, 3, 2}), (std::vector<int>{1, 4, 1, 3}));
 }
 
 // ---------------------------------------------------------------- endpoints
@@ -115,18 +118,45 @@ TEST(ExplorerApi, GrowthSpreadIsRootDk) {
 }
 
 TEST(ExplorerApi, GrowthIsDeterministicAndMatchesTheCurve) {
-  const ex::GrowthConfig cfg{16, 64, 9};
-  const ex::GrowthPoint a = ex::growth_point(128, cfg), b = ex::growth_point(128, cfg);
+  const teach::GrowthConfig cfg{16, 64, 9};
+  const teach::GrowthPoint a = teach::growth_point(128, cfg), b = teach::growth_point(128, cfg);
   EXPECT_EQ(a.std_raw, b.std_raw);
   EXPECT_EQ(a.raw.entropy, b.raw.entropy);
-  const std::vector<ex::GrowthPoint> curve = ex::growth_curve(128, cfg);
+  const std::vector<teach::GrowthPoint> curve = teach::growth_curve(128, cfg);
   ASSERT_EQ(curve.size(), 8u);  // 1, 2, ..., 128
   EXPECT_EQ(curve.back().std_raw, a.std_raw);
   EXPECT_EQ(curve.front().raw.entropy, curve.front().scaled.entropy);  // d_k = 1: nothing to scale
-  EXPECT_EQ(ex::growth_dks(100), (std::vector<int>{1, 2, 4, 8, 16, 32, 64, 100}));
+  EXPECT_EQ(teach::growth_dks(100), (std::vector<int>{1, 2, 4, 8, 16, 32, 64, 100}));
   const json c = call("curve", {{"seed", 9}, {"keys", 16}, {"trials", 64}, {"dk_max", 128}});
   ASSERT_EQ(c["points"].size(), 8u);
   EXPECT_EQ(c["points"][7]["std_raw"].get<double>(), a.std_raw);
+}
+
+// Without scaling the gradient first rises with d_k, then falls as the softmax saturates:
+// the curve endpoint names the peak, and the uniform weight for its largest-weight panel.
+TEST(ExplorerApi, CurveNamesTheUnscaledGradientsPeak) {
+  std::vector<teach::GrowthPoint> pts(4);
+  const double grads[] = {0.2, 0.35, 0.3, 0.1};
+  for (int i = 0; i < 4; ++i) {
+    pts[static_cast<std::size_t>(i)].dk = 1 << i;
+    pts[static_cast<std::size_t>(i)].raw.grad_norm = grads[i];
+  }
+  EXPECT_EQ(teach::raw_gradient_peak(pts), 2);
+  EXPECT_EQ(teach::raw_gradient_peak({}), 0);
+  const json c = call("curve", {{"seed", 1}});
+  const int peak = c["raw_grad_peak"];
+  double best = -1;
+  int want = 0;
+  for (const json& p : c["points"]) {
+    if (p["raw"]["grad_norm"].get<double>() > best) {
+      best = p["raw"]["grad_norm"].get<double>();
+      want = p["dk"];
+    }
+  }
+  EXPECT_EQ(peak, want);
+  EXPECT_GT(peak, 1);      // it rises first ...
+  EXPECT_LT(peak, 1024);   // ... and falls after
+  EXPECT_EQ(c["uniform_weight"].get<double>(), 1.0 / c["keys"].get<double>());
 }
 
 // softmax(scale·Q·Kᵀ) and P·V in double, from the float32 inputs the API reports.
@@ -143,7 +173,7 @@ Expected expected_attention(const json& r, double scale, bool causal) {
       for (std::size_t c = 0; c < d; ++c) dot += r["q"][i][c].get<double>() * r["k"][j][c].get<double>();
       s.push_back(causal && j > i ? -INFINITY : scale * dot);
     }
-    std::vector<double> p = ex::softmax(s);
+    std::vector<double> p = teach::softmax(s);
     std::vector<double> o(dv, 0.0);
     for (std::size_t j = 0; j < n; ++j) {
       for (std::size_t c = 0; c < dv; ++c) o[c] += p[j] * r["v"][j][c].get<double>();
@@ -204,6 +234,34 @@ TEST(ExplorerApi, AttentionMapTakesEnteredVectors) {
   EXPECT_EQ(r["k"][2][1], -1.0);
   EXPECT_EQ(r["scaled"]["probs"][0], json({1.0, 0.0, 0.0}));  // the first token sees only itself
   expect_map_matches(r);
+}
+
+// The page's real head (web/minilm-head.json, from all-MiniLM-L6-v2): value rows as long as
+// the head (32), more than /api/attention's d_v limit; both scales computed by the library.
+TEST(ExplorerApi, RealHeadFromTheShippedFile) {
+  const json file = json::parse(std::string(ex::find_asset("/minilm-head.json")->body));
+  const std::size_t d = file["d"];
+  EXPECT_EQ(d, 32u);
+  ASSERT_GE(file["heads"].size(), 2u);
+  const json& head = file["heads"][0];
+  ASSERT_EQ(head["v"][0].size(), d);
+  const json r = call("head", {{"tokens", file["tokens"]}, {"q", head["q"]}, {"k", head["k"]}, {"v", head["v"]}});
+  EXPECT_EQ(r["d"], d);
+  EXPECT_EQ(r["dv"], d);
+  EXPECT_EQ(r["n"], file["tokens"].size());
+  EXPECT_NEAR(r["scaled"]["scale"].get<double>(), 1 / std::sqrt(32.0), 1e-12);
+  expect_map_matches(r);
+  // Without the scaling the real head is sharper: lower entropy on average.
+  EXPECT_LT(r["unscaled"]["mean_entropy"].get<double>(), r["scaled"]["mean_entropy"].get<double>());
+  // Q, K, V are required (no random fallback), and the fields are /api/head's own.
+  const json missing = call("head", {{"tokens", {"a", "b"}}, {"q", {{1}, {2}}}}, 400);
+  EXPECT_EQ(missing["field"], "k");
+  const json unknown = call("head", {{"tokens", {"a"}}, {"seed", 3}}, 400);
+  EXPECT_EQ(unknown["field"], "seed");
+  json long_v = head["v"];
+  long_v[0].push_back(1.0);
+  const json ragged = call("head", {{"tokens", file["tokens"]}, {"q", head["q"]}, {"k", head["k"]}, {"v", long_v}}, 400);
+  EXPECT_EQ(ragged["field"], "v");
 }
 
 TEST(ExplorerApi, MisconceptionsAreRefutedByTheNumbers) {
@@ -463,14 +521,29 @@ TEST(ExplorerAssets, AFixedSetOfFiles) {
   ASSERT_NE(index, nullptr);
   EXPECT_EQ(index->path, "/index.html");
   EXPECT_EQ(index->content_type, "text/html; charset=utf-8");
-  for (const char* path : {"/index.html", "/style.css", "/app.js", "/favicon.svg"}) {
+  const std::vector<std::pair<std::string, std::string>> files = {
+      {"/index.html", "text/html; charset=utf-8"},       {"/style.css", "text/css; charset=utf-8"},
+      {"/favicon.svg", "image/svg+xml"},                 {"/main.js", "text/javascript; charset=utf-8"},
+      {"/i18n.js", "text/javascript; charset=utf-8"},    {"/strings.en.js", "text/javascript; charset=utf-8"},
+      {"/strings.ko.js", "text/javascript; charset=utf-8"}, {"/util.js", "text/javascript; charset=utf-8"},
+      {"/state.js", "text/javascript; charset=utf-8"},   {"/scaling.js", "text/javascript; charset=utf-8"},
+      {"/story.js", "text/javascript; charset=utf-8"},   {"/growth.js", "text/javascript; charset=utf-8"},
+      {"/map.js", "text/javascript; charset=utf-8"},     {"/myths.js", "text/javascript; charset=utf-8"},
+      {"/head.js", "text/javascript; charset=utf-8"},    {"/minilm-head.json", "application/json"},
+      {"/hangul-subset.woff2", "font/woff2"},            {"/hangul-subset.OFL.txt", "text/plain; charset=utf-8"},
+  };
+  EXPECT_EQ(ex::assets().size(), files.size());
+  for (const auto& [path, type] : files) {
     const ex::Asset* a = ex::find_asset(path);
     ASSERT_NE(a, nullptr) << path;
     EXPECT_FALSE(a->body.empty()) << path;
+    EXPECT_EQ(a->content_type, type) << path;
   }
-  EXPECT_EQ(ex::find_asset("/app.js")->content_type, "text/javascript; charset=utf-8");
-  for (const char* path : {"", "/../CMakeLists.txt", "/web/index.html", "/index.html/", "/INDEX.HTML", "/app.js?x=1",
-                           "/./app.js", "//app.js", "/api/info", "/embed.cmake", "/%2e%2e/CMakeLists.txt"}) {
+  // The font is a whole woff2 file (signature "wOF2"), shipped with its licence.
+  EXPECT_EQ(ex::find_asset("/hangul-subset.woff2")->body.substr(0, 4), "wOF2");
+  EXPECT_NE(std::string(ex::find_asset("/hangul-subset.OFL.txt")->body).find("SIL Open Font License"), std::string::npos);
+  for (const char* path : {"", "/../CMakeLists.txt", "/web/index.html", "/index.html/", "/INDEX.HTML", "/main.js?x=1",
+                           "/./main.js", "//main.js", "/api/info", "/embed.cmake", "/%2e%2e/CMakeLists.txt", "/app.js"}) {
     EXPECT_EQ(ex::find_asset(path), nullptr) << path;
   }
 }
@@ -485,13 +558,37 @@ TEST(ExplorerAssets, PageIsSelfContained) {
   }
   EXPECT_GE(refs, 3);
   EXPECT_EQ(html.find("http"), std::string::npos);
-  const std::string js(ex::find_asset("/app.js")->body);
-  EXPECT_EQ(js.find("https://"), std::string::npos);
-  EXPECT_EQ(js.find("import("), std::string::npos);
-  EXPECT_EQ(std::string(ex::find_asset("/style.css")->body).find("@import"), std::string::npos);
-  // Both languages.
-  EXPECT_NE(js.find("ko: {"), std::string::npos);
-  EXPECT_NE(js.find("어텐션"), std::string::npos);
+  // Every module's imports are embedded files, and nothing is fetched from elsewhere.
+  const std::regex import_from(R"re(from "\./([^"]+)")re");
+  int imports = 0;
+  for (const ex::Asset& a : ex::assets()) {
+    if (a.content_type.find("javascript") == std::string_view::npos) continue;
+    const std::string js(a.body);
+    EXPECT_EQ(js.find("https://"), std::string::npos) << a.path;
+    EXPECT_EQ(js.find("import("), std::string::npos) << a.path;
+    for (auto it = std::sregex_iterator(js.begin(), js.end(), import_from); it != std::sregex_iterator(); ++it, ++imports) {
+      EXPECT_NE(ex::find_asset("/" + (*it)[1].str()), nullptr) << a.path << " imports " << (*it)[1].str();
+    }
+  }
+  EXPECT_GE(imports, 10);
+  const std::string css(ex::find_asset("/style.css")->body);
+  EXPECT_EQ(css.find("@import"), std::string::npos);
+  EXPECT_NE(css.find("url(\"hangul-subset.woff2\")"), std::string::npos);
+  // Both languages, with the same keys.
+  const std::string en(ex::find_asset("/strings.en.js")->body), ko(ex::find_asset("/strings.ko.js")->body);
+  EXPECT_NE(ko.find("어텐션"), std::string::npos);
+  const std::regex key(R"re(\n  "?([A-Za-z0-9_.]+)"?: )re");
+  auto keys = [&](const std::string& s) {
+    std::set<std::string> out;
+    for (auto it = std::sregex_iterator(s.begin(), s.end(), key); it != std::sregex_iterator(); ++it) out.insert((*it)[1].str());
+    return out;
+  };
+  EXPECT_GT(keys(en).size(), 100u);
+  EXPECT_EQ(keys(en), keys(ko));
+  // The lesson's Korean sentence, as the lesson words it.
+  EXPECT_NE(ko.find("Query와 Key를 비교한 점수를 √d_k로 나눈 뒤 Softmax에 넣는다."), std::string::npos);
+  // No particle left for the reader to choose.
+  for (const char* both : {"이(가)", "은(는)", "을(를)", "(으)로", "와(과)"}) EXPECT_EQ(ko.find(both), std::string::npos) << both;
 }
 
 // ---------------------------------------------------------------- processes
@@ -857,6 +954,49 @@ TEST(ExplorerStats, PrintsTheTableAndWritesTheSvgAtomically) {
   EXPECT_EQ(bad.wait(), 1);
   Child usage = Child::spawn({SDPA_CLI, "stats", "--dk-max", "0"});
   EXPECT_EQ(usage.wait(), 2);
+  std::filesystem::remove_all(dir);
+}
+
+// `sdpa stats --lang ko`: the same numbers, in Korean, table and chart; the uniform weight and
+// the unscaled gradient's peak below the table in both languages.
+TEST(ExplorerStats, SpeaksKorean) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("sdpa_stats_ko_test_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path svg = dir / "stats-ko.svg";
+  Child ko = Child::spawn({SDPA_CLI, "stats", "--dk-max", "64", "--lang", "ko", "--svg", svg.string()});
+  const std::string out_ko = Child::drain(ko.out);
+  EXPECT_EQ(ko.wait(), 0) << Child::drain(ko.err);
+  Child en = Child::spawn({SDPA_CLI, "stats", "--dk-max", "64"});
+  const std::string out_en = Child::drain(en.out);
+  EXPECT_EQ(en.wait(), 0);
+  for (const char* s : {"점수의 표준편차", "가장 큰 가중치", "기울기 크기", "균등 소프트맥스", "1/16 = 0.0625", "d_k = 4에서 가장 큼"}) {
+    EXPECT_NE(out_ko.find(s), std::string::npos) << s << "\n" << out_ko;
+  }
+  for (const char* s : {"std of scores", "largest weight of a uniform softmax over 16 keys: 1/16 = 0.0625",
+                        "without scaling the gradient first rises (largest at d_k = 4)"}) {
+    EXPECT_NE(out_en.find(s), std::string::npos) << s << "\n" << out_en;
+  }
+  // The numbers are the same in both languages: the rows of the table match.
+  auto rows = [](const std::string& out) {
+    std::vector<std::string> r;
+    std::istringstream lines(out);
+    for (std::string line; std::getline(lines, line);) {
+      if (std::regex_search(line, std::regex(R"(^\s+\d+\s+\d)"))) r.push_back(line);
+    }
+    return r;
+  };
+  EXPECT_EQ(rows(out_ko).size(), 7u);
+  EXPECT_EQ(rows(out_ko), rows(out_en));
+  std::ifstream in(svg);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("어텐션 점수는 왜"), std::string::npos);
+  EXPECT_NE(text.find("키 16개 균등: 0.062"), std::string::npos);  // the uniform line of the largest weight
+  Child bad = Child::spawn({SDPA_CLI, "stats", "--lang", "fr"});
+  Child::drain(bad.out);
+  const std::string err = Child::drain(bad.err);
+  EXPECT_EQ(bad.wait(), 2);
+  EXPECT_NE(err.find("--lang"), std::string::npos) << err;
   std::filesystem::remove_all(dir);
 }
 

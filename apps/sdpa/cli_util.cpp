@@ -261,22 +261,4 @@ std::string Table::render(int indent) const {
   return out;
 }
 
-std::vector<double> softmax(const std::vector<double>& x) {
-  if (x.empty()) return {};
-  const double m = *std::max_element(x.begin(), x.end());
-  std::vector<double> p(x.size());
-  double sum = 0;
-  for (std::size_t i = 0; i < x.size(); ++i) sum += p[i] = std::exp(x[i] - m);
-  for (double& v : p) v /= sum;
-  return p;
-}
-
-double entropy(const std::vector<double>& p) {
-  double h = 0;
-  for (double v : p) {
-    if (v > 0) h -= v * std::log(v);
-  }
-  return h;
-}
-
 }  // namespace sdpa::cli

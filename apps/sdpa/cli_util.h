@@ -1,7 +1,7 @@
 // Helpers shared by the subcommands: strict flag-value parsing (bad values are
 // usage errors naming the flag), the --isa choices, number formatting for
-// people, aligned text tables, and a numerically safe softmax for the teaching
-// commands.
+// people and aligned text tables. The teaching maths (softmax, entropy, ...)
+// is teaching_math.h.
 #pragma once
 
 #include <cstdint>
@@ -70,10 +70,5 @@ class Table {
   std::vector<Column> columns_;
   std::vector<std::vector<std::string>> rows_;
 };
-
-// softmax(x) computed as exp(x - max x) / sum, so large scores cannot overflow.
-std::vector<double> softmax(const std::vector<double>& x);
-// Shannon entropy in nats of a probability vector (0·log 0 = 0).
-double entropy(const std::vector<double>& p);
 
 }  // namespace sdpa::cli

@@ -1,13 +1,13 @@
 // `sdpa demo`: what the 1/√d_k scaling does, shown with numbers and no input
-// files. Parts (a) and (b) use plain double arithmetic so the effect is visible
-// without the library in the way; part (c) runs the library's fast path and
-// checks it against the float64 oracle.
+// files. Parts (a) and (b) are the teaching maths (teaching_math.h, the same
+// module as `sdpa stats` and the explorer) in plain double arithmetic, so the
+// effect is visible without the library in the way; part (c) runs the
+// library's fast path and checks it against the float64 oracle.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -15,22 +15,17 @@
 #include "cli_util.h"
 #include "commands.h"
 #include "sdpa/attention.h"
+#include "teaching_math.h"
 
 namespace sdpa::cli {
 namespace {
 
 constexpr std::uint64_t kSeed = 42;
 
-// Rank 1 = largest score; ties share the better rank.
-std::vector<int> ranks(const std::vector<double>& x) {
-  std::vector<int> r(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    r[i] = 1 + static_cast<int>(std::count_if(x.begin(), x.end(), [&](double y) { return y > x[i]; }));
-  }
-  return r;
-}
-
-double max_of(const std::vector<double>& x) { return *std::max_element(x.begin(), x.end()); }
+using teaching::entropy;
+using teaching::max_of;
+using teaching::ranks;
+using teaching::softmax;
 
 void part_words() {
   const std::vector<std::string> keys = {"Tom", "New York", "lives"};
@@ -62,12 +57,13 @@ void part_words() {
 }
 
 void part_random() {
-  constexpr int kKeys = 64, kQueries = 200;
+  teaching::GrowthConfig cfg;
+  cfg.keys = 64;
+  cfg.trials = 200;
+  cfg.seed = kSeed;
   fmt::print(
-      "(b) Random q and k with N(0, 1) entries (seed {}), {} keys, averaged over {} queries\n\n", kSeed, kKeys,
-      kQueries);
-  std::mt19937_64 rng(kSeed);
-  std::normal_distribution<double> normal(0.0, 1.0);
+      "(b) Random q and k with N(0, 1) entries (seed {}), {} keys, averaged over {} queries\n\n", cfg.seed, cfg.keys,
+      cfg.trials);
   Table t({{"d_k", Justify::right},
            {"√d_k", Justify::right},
            {"std q·k", Justify::right},
@@ -77,39 +73,18 @@ void part_random() {
            {"entropy raw", Justify::right},
            {"scaled", Justify::right}});
   for (const int dk : {4, 16, 64, 256, 1024}) {
-    std::vector<double> k(static_cast<std::size_t>(kKeys) * dk), q(static_cast<std::size_t>(dk));
-    for (double& x : k) x = normal(rng);
-    const double inv_root = 1.0 / std::sqrt(static_cast<double>(dk));
-    double sum = 0, sum_sq = 0, max_raw = 0, max_scaled = 0, h_raw = 0, h_scaled = 0;
-    std::vector<double> s(kKeys), s_scaled(kKeys);
-    for (int i = 0; i < kQueries; ++i) {
-      for (double& x : q) x = normal(rng);
-      for (int j = 0; j < kKeys; ++j) {
-        s[j] = std::inner_product(q.begin(), q.end(), k.begin() + static_cast<std::ptrdiff_t>(j) * dk, 0.0);
-        s_scaled[j] = s[j] * inv_root;
-        sum += s[j];
-        sum_sq += s[j] * s[j];
-      }
-      const std::vector<double> p = softmax(s), p_scaled = softmax(s_scaled);
-      max_raw += max_of(p);
-      max_scaled += max_of(p_scaled);
-      h_raw += entropy(p);
-      h_scaled += entropy(p_scaled);
-    }
-    const double n = static_cast<double>(kKeys) * kQueries;
-    const double mean = sum / n;
-    const double sd = std::sqrt(std::max(0.0, sum_sq / n - mean * mean));
-    t.add_row({std::to_string(dk), format_number(std::sqrt(static_cast<double>(dk))), fmt::format("{:.2f}", sd),
-               fmt::format("{:.2f}", sd * inv_root), fmt::format("{:.4f}", max_raw / kQueries),
-               fmt::format("{:.4f}", max_scaled / kQueries), fmt::format("{:.4f}", h_raw / kQueries),
-               fmt::format("{:.4f}", h_scaled / kQueries)});
+    const teaching::GrowthPoint p = teaching::growth_point(dk, cfg);
+    t.add_row({std::to_string(dk), format_number(std::sqrt(static_cast<double>(dk))), fmt::format("{:.2f}", p.std_raw),
+               fmt::format("{:.2f}", p.std_scaled), fmt::format("{:.4f}", p.raw.max_weight),
+               fmt::format("{:.4f}", p.scaled.max_weight), fmt::format("{:.4f}", p.raw.entropy),
+               fmt::format("{:.4f}", p.scaled.entropy)});
   }
   fmt::print("{}\n", t.render());
   fmt::print(
       "  Raw scores spread like √d_k, so the softmax saturates as d_k grows (largest weight -> 1,\n"
       "  entropy -> 0). Scaled scores keep a standard deviation near 1 and the same softmax shape\n"
       "  at every d_k. Uniform over {} keys: largest weight 1/{} = {:.4f}, entropy ln {} = {:.4f} nats.\n\n",
-      kKeys, kKeys, 1.0 / kKeys, kKeys, std::log(static_cast<double>(kKeys)));
+      cfg.keys, cfg.keys, 1.0 / cfg.keys, cfg.keys, std::log(static_cast<double>(cfg.keys)));
 }
 
 void part_library() {

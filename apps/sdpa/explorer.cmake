@@ -37,7 +37,13 @@ if(NOT _sdpa_have_stats)
 endif()
 
 set(SDPA_WEB_DIR ${PROJECT_SOURCE_DIR}/web)
-set(SDPA_WEB_FILES index.html style.css app.js favicon.svg)
+# Every file the page loads; web/embed.cmake gives each its content type.
+set(SDPA_WEB_FILES
+  index.html style.css favicon.svg
+  main.js i18n.js strings.en.js strings.ko.js util.js state.js
+  scaling.js story.js growth.js map.js head.js myths.js
+  minilm-head.json
+  hangul-subset.woff2 hangul-subset.OFL.txt)
 set(SDPA_WEB_INPUTS ${SDPA_WEB_FILES})
 list(TRANSFORM SDPA_WEB_INPUTS PREPEND ${SDPA_WEB_DIR}/)
 list(JOIN SDPA_WEB_FILES "," SDPA_WEB_FILE_LIST)
@@ -52,9 +58,14 @@ add_custom_command(
 
 # The explorer's JSON API and the embedded page; `sdpa stats`, `sdpa serve` and
 # the explorer tests link it.
-add_library(sdpa_explorer STATIC ${CMAKE_CURRENT_LIST_DIR}/explorer_api.cpp ${SDPA_WEB_ASSETS_CPP})
+add_library(sdpa_explorer STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/explorer_api.cpp   # the endpoints and the routing
+  ${CMAKE_CURRENT_LIST_DIR}/json_fields.cpp    # request fields, checked
+  ${CMAKE_CURRENT_LIST_DIR}/work_gate.cpp      # admission of the costly endpoints
+  ${CMAKE_CURRENT_LIST_DIR}/host_check.cpp     # the Host-header guard
+  ${SDPA_WEB_ASSETS_CPP})
 target_include_directories(sdpa_explorer PUBLIC ${CMAKE_CURRENT_LIST_DIR})
-target_link_libraries(sdpa_explorer PUBLIC sdpa::internal nlohmann_json::nlohmann_json Threads::Threads)
+target_link_libraries(sdpa_explorer PUBLIC sdpa_teaching sdpa::internal nlohmann_json::nlohmann_json Threads::Threads)
 target_link_libraries(sdpa_cli PRIVATE sdpa_explorer)
 target_sources(sdpa_cli PRIVATE ${CMAKE_CURRENT_LIST_DIR}/stats.cpp)
 if(_sdpa_have_serve)

@@ -1,383 +1,38 @@
-// The explorer's JSON API (see explorer_api.h).
+// The explorer's JSON API: the endpoints and the routing (see explorer_api.h).
+// Requests are read by json_fields.h, the teaching maths is teaching_math.h,
+// the attention maps and the read-back scale are sdpa::attention calls.
 #include "explorer_api.h"
 
-#include <arpa/inet.h>
-#include <ifaddrs.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <array>
-#include <cctype>
 #include <cmath>
-#include <cstring>
 #include <functional>
-#include <limits>
 #include <map>
 #include <mutex>
-#include <numbers>
 #include <optional>
-#include <random>
 #include <tuple>
 #include <utility>
 
+#include "admission.h"
+#include "json_fields.h"
+#include "rng.h"
 #include "sdpa/attention.h"
+#include "teaching_math.h"
 
 namespace sdpa::explorer {
 
 using json = nlohmann::json;
+using namespace fields;
+using teaching::entropy;
+using teaching::GrowthConfig;
+using teaching::GrowthPoint;
+using teaching::log_softmax;
+using teaching::mix;
+using teaching::Normal;
+using teaching::ranks;
+using teaching::softmax;
+using teaching::SoftmaxStats;
 
 namespace {
-
-// ---------------------------------------------------------------- requests
-
-std::string show(const json& v) {
-  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (s.size() > 40) s = s.substr(0, 37) + "...";
-  return s;
-}
-
-std::string show_number(double x) {
-  json j = x;
-  return j.dump();
-}
-
-// Rejects fields the endpoint does not know (a typo would otherwise be silently ignored).
-void check_fields(const json& req, std::initializer_list<std::string_view> allowed) {
-  for (const auto& item : req.items()) {
-    if (std::find(allowed.begin(), allowed.end(), item.key()) != allowed.end()) continue;
-    std::string list;
-    for (std::string_view a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
-    throw ApiError(item.key(), item.key() + ": unknown field; expected one of " + list);
-  }
-}
-
-const json* find(const json& req, const char* name) {
-  auto it = req.find(name);
-  if (it == req.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
-std::int64_t as_int(const json& v, const std::string& where, const std::string& field, std::int64_t lo,
-                    std::int64_t hi) {
-  const std::string expected =
-      "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
-  double x = 0;
-  if (v.is_number_integer() || v.is_number_float()) {
-    x = v.get<double>();
-  } else {
-    throw ApiError(field, where + ": expected " + expected + ", got " + show(v));
-  }
-  if (!std::isfinite(x) || x != std::floor(x) || x < static_cast<double>(lo) || x > static_cast<double>(hi)) {
-    throw ApiError(field, where + ": expected " + expected + ", got " + show(v));
-  }
-  if (v.is_number_unsigned()) return static_cast<std::int64_t>(v.get<std::uint64_t>());
-  if (v.is_number_integer()) return v.get<std::int64_t>();
-  return static_cast<std::int64_t>(x);
-}
-
-std::int64_t get_int(const json& req, const char* name, std::int64_t lo, std::int64_t hi, std::int64_t fallback) {
-  const json* v = find(req, name);
-  return v ? as_int(*v, name, name, lo, hi) : fallback;
-}
-
-std::uint64_t get_seed(const json& req, const char* name, std::uint64_t fallback) {
-  const json* v = find(req, name);
-  return v ? static_cast<std::uint64_t>(as_int(*v, name, name, 0, static_cast<std::int64_t>(kMaxSeed))) : fallback;
-}
-
-double as_double(const json& v, const std::string& where, const std::string& field, double lo, double hi) {
-  const std::string expected = "a number in [" + show_number(lo) + ", " + show_number(hi) + "]";
-  if (!v.is_number()) throw ApiError(field, where + ": expected " + expected + ", got " + show(v));
-  const double x = v.get<double>();
-  if (!std::isfinite(x) || x < lo || x > hi) throw ApiError(field, where + ": expected " + expected + ", got " + show(v));
-  return x;
-}
-
-double get_double(const json& req, const char* name, double lo, double hi, double fallback) {
-  const json* v = find(req, name);
-  return v ? as_double(*v, name, name, lo, hi) : fallback;
-}
-
-bool get_bool(const json& req, const char* name, bool fallback) {
-  const json* v = find(req, name);
-  if (!v) return fallback;
-  if (!v->is_boolean()) throw ApiError(name, std::string(name) + ": expected true or false, got " + show(*v));
-  return v->get<bool>();
-}
-
-const json& as_array(const json& v, const char* name, std::size_t min_size, std::size_t max_size) {
-  if (!v.is_array() || v.size() < min_size || v.size() > max_size) {
-    throw ApiError(name, std::string(name) + ": expected an array of " + std::to_string(min_size) + " to " +
-                             std::to_string(max_size) + " entries, got " + show(v));
-  }
-  return v;
-}
-
-std::vector<double> get_numbers(const json& req, const char* name, std::size_t min_size, std::size_t max_size,
-                                double lo, double hi, std::vector<double> fallback) {
-  const json* v = find(req, name);
-  if (!v) return fallback;
-  const json& a = as_array(*v, name, min_size, max_size);
-  std::vector<double> out;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    out.push_back(as_double(a[i], std::string(name) + "[" + std::to_string(i) + "]", name, lo, hi));
-  }
-  return out;
-}
-
-std::string as_label(const json& v, const std::string& where, const std::string& field, std::size_t max_bytes) {
-  if (!v.is_string()) throw ApiError(field, where + ": expected a string, got " + show(v));
-  std::string s = v.get<std::string>();
-  if (s.empty() || s.size() > max_bytes) {
-    throw ApiError(field, where + ": expected 1 to " + std::to_string(max_bytes) + " bytes of text, got " +
-                              std::to_string(s.size()));
-  }
-  for (unsigned char c : s) {
-    if (c < 0x20 || c == 0x7f) throw ApiError(field, where + ": expected printable text, got a control character");
-  }
-  return s;
-}
-
-std::vector<std::string> get_labels(const json& req, const char* name, std::size_t min_size, std::size_t max_size,
-                                    std::size_t max_bytes, std::vector<std::string> fallback) {
-  const json* v = find(req, name);
-  if (!v) return fallback;
-  const json& a = as_array(*v, name, min_size, max_size);
-  std::vector<std::string> out;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    out.push_back(as_label(a[i], std::string(name) + "[" + std::to_string(i) + "]", name, max_bytes));
-  }
-  return out;
-}
-
-// A rows × cols matrix of numbers in [-kMaxAbsEntry, kMaxAbsEntry]; cols == 0 takes it from the first row.
-std::vector<double> get_matrix(const json& v, const char* name, std::size_t rows, std::size_t& cols,
-                               std::size_t max_cols) {
-  if (!v.is_array() || v.size() != rows) {
-    throw ApiError(name, std::string(name) + ": expected " + std::to_string(rows) + " rows (one per token), got " +
-                             (v.is_array() ? std::to_string(v.size()) + " rows" : show(v)));
-  }
-  std::vector<double> out;
-  for (std::size_t i = 0; i < rows; ++i) {
-    const json& row = v[i];
-    const std::string where = std::string(name) + "[" + std::to_string(i) + "]";
-    if (!row.is_array() || row.empty() || row.size() > max_cols || (cols != 0 && row.size() != cols)) {
-      const std::string want = cols != 0 ? std::to_string(cols) : "1 to " + std::to_string(max_cols);
-      throw ApiError(name, where + ": expected a row of " + want + " numbers, got " +
-                               (row.is_array() ? std::to_string(row.size()) + " numbers" : show(row)));
-    }
-    cols = row.size();
-    for (std::size_t c = 0; c < cols; ++c) {
-      out.push_back(as_double(row[c], where + "[" + std::to_string(c) + "]", name, -kMaxAbsEntry, kMaxAbsEntry));
-    }
-  }
-  return out;
-}
-
-// ---------------------------------------------------------------- admission
-
-// A costly endpoint calls admit() once its request is validated (so a bad
-// request is still a 400 when the server is busy) and before its work: under
-// handle()'s gate it then waits for a turn, held until handle() returns, or
-// throws Busy (503).
-struct Busy {};
-thread_local WorkGate* t_gate = nullptr;
-thread_local std::optional<WorkGate::Turn>* t_turn = nullptr;
-
-void admit() {
-  if (t_gate == nullptr || t_turn == nullptr || t_turn->has_value()) return;
-  t_turn->emplace(t_gate->enter());
-  if (!**t_turn) throw Busy{};
-}
-
-// Makes `gate` the one admit() uses during one handle() call.
-class Admission {
- public:
-  explicit Admission(WorkGate* gate) : previous_gate_(t_gate), previous_turn_(t_turn) {
-    t_gate = gate;
-    t_turn = &turn_;
-  }
-  Admission(const Admission&) = delete;
-  Admission& operator=(const Admission&) = delete;
-  ~Admission() {
-    t_gate = previous_gate_;
-    t_turn = previous_turn_;
-  }
-
- private:
-  std::optional<WorkGate::Turn> turn_;
-  WorkGate* previous_gate_;
-  std::optional<WorkGate::Turn>* previous_turn_;
-};
-
-// ---------------------------------------------------------------- Host header
-
-std::string lowercase(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
-// a.b.c.d, four decimal numbers 0-255 without leading zeros (no octal, hex or short forms).
-std::optional<std::array<int, 4>> parse_ipv4(std::string_view s) {
-  std::array<int, 4> out{};
-  for (int i = 0; i < 4; ++i) {
-    if (i > 0) {
-      if (s.empty() || s.front() != '.') return std::nullopt;
-      s.remove_prefix(1);
-    }
-    std::size_t n = 0;
-    while (n < s.size() && n < 4 && s[n] >= '0' && s[n] <= '9') ++n;
-    if (n == 0 || n > 3 || (n > 1 && s[0] == '0')) return std::nullopt;
-    int v = 0;
-    for (std::size_t k = 0; k < n; ++k) v = v * 10 + (s[k] - '0');
-    if (v > 255) return std::nullopt;
-    out[static_cast<std::size_t>(i)] = v;
-    s.remove_prefix(n);
-  }
-  if (!s.empty()) return std::nullopt;
-  return out;
-}
-
-// An IPv6 address in its canonical text ("::1"), or nullopt.
-std::optional<std::string> canonical_ipv6(const std::string& s) {
-  in6_addr a{};
-  if (inet_pton(AF_INET6, s.c_str(), &a) != 1) return std::nullopt;
-  char buf[INET6_ADDRSTRLEN];
-  if (!inet_ntop(AF_INET6, &a, buf, sizeof buf)) return std::nullopt;
-  return std::string(buf);
-}
-
-// A Host header value as one comparable key: the lowercased name or dotted
-// quad, or "[canonical IPv6]"; the port (1-65535, digits only, no leading
-// zero) is checked and dropped. nullopt for anything malformed: userinfo,
-// a path, a zone id, two colons outside brackets, an empty name or port.
-std::optional<std::string> host_key(std::string_view value) {
-  std::string_view host = value, port;
-  bool bracketed = false;
-  if (!value.empty() && value.front() == '[') {
-    const std::size_t close = value.find(']');
-    if (close == std::string_view::npos) return std::nullopt;
-    host = value.substr(1, close - 1);
-    const std::string_view rest = value.substr(close + 1);
-    if (!rest.empty()) {
-      if (rest.front() != ':') return std::nullopt;
-      port = rest.substr(1);
-      if (port.empty()) return std::nullopt;
-    }
-    bracketed = true;
-  } else if (const std::size_t colon = value.find(':'); colon != std::string_view::npos) {
-    host = value.substr(0, colon);
-    port = value.substr(colon + 1);
-    if (port.empty()) return std::nullopt;
-  }
-  if (!port.empty()) {
-    if (port.size() > 5 || port.front() == '0') return std::nullopt;
-    int v = 0;
-    for (char c : port) {
-      if (c < '0' || c > '9') return std::nullopt;
-      v = v * 10 + (c - '0');
-    }
-    if (v < 1 || v > 65535) return std::nullopt;
-  }
-  if (host.empty()) return std::nullopt;
-  if (bracketed) {
-    const std::optional<std::string> v6 = canonical_ipv6(std::string(host));
-    if (!v6) return std::nullopt;
-    return "[" + *v6 + "]";
-  }
-  for (char c : host) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-';
-    if (!ok) return std::nullopt;
-  }
-  return lowercase(host);
-}
-
-bool is_loopback_key(const std::string& key) {
-  if (key == "localhost" || key == "[::1]") return true;
-  const auto v4 = parse_ipv4(key);
-  return v4 && (*v4)[0] == 127;
-}
-
-// The key of an address or name given to --host ("::1" is "[::1]").
-std::string given_host_key(const std::string& host) {
-  if (host.find(':') != std::string::npos) {
-    const std::string bare = host.size() > 1 && host.front() == '[' && host.back() == ']' ? host.substr(1, host.size() - 2) : host;
-    if (const auto v6 = canonical_ipv6(bare)) return "[" + *v6 + "]";
-  }
-  return lowercase(host);
-}
-
-bool is_wildcard(const std::string& host) { return host == "0.0.0.0" || host == "::" || host == "[::]"; }
-
-// Every key a Host header may name on a server started with --host `host`.
-std::set<std::string> own_host_keys(const std::string& host) {
-  if (!is_wildcard(host)) return {given_host_key(host)};
-  // Listening everywhere: the names a client on the network may use, not 0.0.0.0 itself.
-  std::set<std::string> keys;
-  char name[256] = {};
-  if (gethostname(name, sizeof name - 1) == 0 && name[0] != '\0') keys.insert(lowercase(name));
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) == 0) {
-    for (const ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
-      if (a->ifa_addr == nullptr) continue;
-      char buf[INET6_ADDRSTRLEN] = {};
-      if (a->ifa_addr->sa_family == AF_INET) {
-        const auto* in = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
-        if (in->sin_addr.s_addr != htonl(INADDR_ANY) && inet_ntop(AF_INET, &in->sin_addr, buf, sizeof buf)) {
-          keys.insert(buf);
-        }
-      } else if (a->ifa_addr->sa_family == AF_INET6) {
-        const auto* in6 = reinterpret_cast<const sockaddr_in6*>(a->ifa_addr);
-        if (!IN6_IS_ADDR_LINKLOCAL(&in6->sin6_addr) && !IN6_IS_ADDR_UNSPECIFIED(&in6->sin6_addr) && inet_ntop(AF_INET6, &in6->sin6_addr, buf, sizeof buf)) {
-          keys.insert("[" + std::string(buf) + "]");
-        }
-      }
-    }
-    freeifaddrs(list);
-  }
-  return keys;
-}
-
-// ---------------------------------------------------------------- randomness
-
-// splitmix64: turns (seed, salt) into well-mixed generator seeds.
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-// N(0, 1) by Box–Muller on mt19937_64 (whose output the standard fixes), so
-// the same seed gives the same numbers with every standard library.
-class Normal {
- public:
-  explicit Normal(std::uint64_t seed) : gen_(seed) {}
-  double operator()() {
-    if (has_spare_) {
-      has_spare_ = false;
-      return spare_;
-    }
-    double u1 = 0;
-    while (u1 <= 0) u1 = static_cast<double>(gen_() >> 11) * 0x1.0p-53;
-    const double u2 = static_cast<double>(gen_() >> 11) * 0x1.0p-53;
-    const double r = std::sqrt(-2.0 * std::log(u1));
-    const double t = 2.0 * std::numbers::pi * u2;
-    spare_ = r * std::sin(t);
-    has_spare_ = true;
-    return r * std::cos(t);
-  }
-
- private:
-  std::mt19937_64 gen_;
-  bool has_spare_ = false;
-  double spare_ = 0;
-};
-
-// ---------------------------------------------------------------- helpers
 
 json stats_json(std::span<const double> scores) {
   const std::vector<double> p = softmax(scores);
@@ -387,7 +42,7 @@ json stats_json(std::span<const double> scores) {
           {"ranks", ranks(lp)},
           {"max_weight", *std::max_element(p.begin(), p.end())},
           {"entropy", entropy(p)},
-          {"grad_norm", jacobian_norm(p)}};
+          {"grad_norm", teaching::jacobian_norm(p)}};
 }
 
 json softmax_stats_json(const SoftmaxStats& s) {
@@ -463,112 +118,6 @@ MapResult run_attention(const std::vector<float>& q, const std::vector<float>& k
 }
 
 }  // namespace
-
-// ---------------------------------------------------------------- softmax arithmetic
-
-std::vector<double> log_softmax(std::span<const double> scores) {
-  std::vector<double> out(scores.size());
-  if (scores.empty()) return out;
-  const double m = *std::max_element(scores.begin(), scores.end());
-  double sum = 0;
-  for (double s : scores) sum += std::exp(s - m);
-  const double lse = m + std::log(sum);
-  for (std::size_t i = 0; i < scores.size(); ++i) out[i] = scores[i] - lse;
-  return out;
-}
-
-std::vector<double> softmax(std::span<const double> scores) {
-  std::vector<double> p = log_softmax(scores);
-  for (double& x : p) x = std::exp(x);
-  return p;
-}
-
-double entropy(std::span<const double> p) {
-  double h = 0;
-  for (double x : p) {
-    if (x > 0) h -= x * std::log(x);
-  }
-  return std::max(h, 0.0);
-}
-
-double jacobian_norm(std::span<const double> p) {
-  double sum = 0;
-  for (std::size_t i = 0; i < p.size(); ++i) {
-    for (std::size_t j = 0; j < p.size(); ++j) {
-      const double jij = (i == j ? p[i] : 0.0) - p[i] * p[j];
-      sum += jij * jij;
-    }
-  }
-  return std::sqrt(sum);
-}
-
-std::vector<int> ranks(std::span<const double> values) {
-  std::vector<int> r(values.size(), 1);
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    for (double other : values) r[i] += other > values[i] ? 1 : 0;
-  }
-  return r;
-}
-
-// ---------------------------------------------------------------- experiment (c)
-
-GrowthPoint growth_point(int dk, const GrowthConfig& cfg, std::vector<double>* samples) {
-  if (dk < 1) throw ApiError("dk", "dk: expected an integer >= 1, got " + std::to_string(dk));
-  Normal normal(mix(cfg.seed ^ mix(static_cast<std::uint64_t>(dk))));
-  const double inv_sqrt = 1.0 / std::sqrt(static_cast<double>(dk));
-  std::vector<double> q(static_cast<std::size_t>(dk)), raw(static_cast<std::size_t>(cfg.keys)),
-      scaled(static_cast<std::size_t>(cfg.keys));
-  double sum = 0, sum_sq = 0;
-  GrowthPoint pt;
-  pt.dk = dk;
-  if (samples) samples->clear();
-  auto add = [](SoftmaxStats& acc, std::span<const double> s) {
-    const std::vector<double> p = softmax(s);
-    acc.max_weight += *std::max_element(p.begin(), p.end());
-    acc.entropy += entropy(p);
-    acc.grad_norm += jacobian_norm(p);
-  };
-  for (int t = 0; t < cfg.trials; ++t) {
-    for (double& x : q) x = normal();
-    for (int j = 0; j < cfg.keys; ++j) {
-      double dot = 0;
-      for (int c = 0; c < dk; ++c) dot += q[static_cast<std::size_t>(c)] * normal();
-      raw[static_cast<std::size_t>(j)] = dot;
-      scaled[static_cast<std::size_t>(j)] = dot * inv_sqrt;
-      sum += dot;
-      sum_sq += dot * dot;
-      if (samples) samples->push_back(dot);
-    }
-    add(pt.raw, raw);
-    add(pt.scaled, scaled);
-  }
-  const double n = static_cast<double>(cfg.trials) * cfg.keys;
-  const double mean = sum / n;
-  pt.std_raw = std::sqrt(std::max(sum_sq / n - mean * mean, 0.0));
-  pt.std_scaled = pt.std_raw * inv_sqrt;
-  for (SoftmaxStats* s : {&pt.raw, &pt.scaled}) {
-    s->max_weight /= cfg.trials;
-    s->entropy /= cfg.trials;
-    s->grad_norm /= cfg.trials;
-  }
-  return pt;
-}
-
-std::vector<int> growth_dks(int dk_max) {
-  std::vector<int> dks;
-  for (int dk = 1; dk <= dk_max; dk *= 2) {
-    dks.push_back(dk);
-    if (dk > std::numeric_limits<int>::max() / 2) break;
-  }
-  if (dks.empty() || dks.back() != dk_max) dks.push_back(dk_max);
-  return dks;
-}
-
-std::vector<GrowthPoint> growth_curve(int dk_max, const GrowthConfig& cfg) {
-  std::vector<GrowthPoint> out;
-  for (int dk : growth_dks(dk_max)) out.push_back(growth_point(dk, cfg));
-  return out;
-}
 
 // ---------------------------------------------------------------- endpoints
 
@@ -653,7 +202,7 @@ json growth(const json& req) {
                                std::to_string(cfg.trials) + " trials");
   admit();
   std::vector<double> samples;
-  const GrowthPoint pt = growth_point(dk, cfg, &samples);
+  const GrowthPoint pt = teaching::growth_point(dk, cfg, &samples);
   // One x axis for both histograms: ±4 standard deviations of the raw scores.
   const double root = std::sqrt(static_cast<double>(dk));
   const double hi = 4.0 * root, lo = -hi, width = (hi - lo) / bins;
@@ -694,7 +243,7 @@ json curve(const json& req) {
   const int dk_max = static_cast<int>(get_int(req, "dk_max", 1, kMaxDk, kMaxDk));
   const GrowthConfig cfg = growth_config(req);
   std::int64_t dks_sum = 0;
-  for (int dk : growth_dks(dk_max)) dks_sum += dk;
+  for (int dk : teaching::growth_dks(dk_max)) dks_sum += dk;
   check_work(req, dks_sum, cfg, "the curve up to dk_max " + std::to_string(dk_max) + " with " +
                                     std::to_string(cfg.keys) + " keys and " + std::to_string(cfg.trials) + " trials");
   // The page asks for the same curve on every reload: keep the last few.
@@ -707,12 +256,15 @@ json curve(const json& req) {
     if (auto it = cache.find(key); it != cache.end()) return it->second;
   }
   admit();
+  const std::vector<GrowthPoint> pts = teaching::growth_curve(dk_max, cfg);
   json points = json::array();
-  for (const GrowthPoint& p : growth_curve(dk_max, cfg)) points.push_back(point_json(p));
+  for (const GrowthPoint& p : pts) points.push_back(point_json(p));
   json out = {{"keys", cfg.keys},
               {"trials", cfg.trials},
               {"seed", cfg.seed},
               {"max_entropy", std::log(static_cast<double>(cfg.keys))},
+              {"uniform_weight", 1.0 / cfg.keys},
+              {"raw_grad_peak", teaching::raw_gradient_peak(pts)},
               {"points", std::move(points)}};
   std::lock_guard lock(mutex);
   if (cache.size() >= 16) cache.clear();
@@ -720,16 +272,19 @@ json curve(const json& req) {
   return out;
 }
 
-json attention_map(const json& req) {
-  check_fields(req, {"tokens", "d", "dv", "seed", "causal", "q", "k", "v"});
+namespace {
+
+// attention_map and real_head: `max_dv` bounds the value rows; `random_allowed`
+// lets Q, K, V be drawn from a seed when they are not entered.
+json attention_of(const json& req, std::size_t max_dv, bool random_allowed) {
   const std::vector<std::string> tokens =
       get_labels(req, "tokens", 1, kMaxTokens, kMaxTokenBytes, {"Tom", "lives", "in", "New York"});
   const std::size_t n = tokens.size();
   const bool causal = get_bool(req, "causal", false);
-  const std::uint64_t seed = get_seed(req, "seed", 7);
-  const bool entered = find(req, "q") || find(req, "k") || find(req, "v");
+  const std::uint64_t seed = random_allowed ? get_seed(req, "seed", 7) : 0;
+  const bool entered = !random_allowed || find(req, "q") || find(req, "k") || find(req, "v");
   std::size_t d = static_cast<std::size_t>(get_int(req, "d", 1, kMaxHeadDim, 16));
-  std::size_t dv = static_cast<std::size_t>(get_int(req, "dv", 1, kMaxValueDim, 4));
+  std::size_t dv = static_cast<std::size_t>(get_int(req, "dv", 1, static_cast<std::int64_t>(max_dv), 4));
   std::vector<double> q, k, v;
   if (entered) {
     for (const char* name : {"q", "k", "v"}) {
@@ -741,7 +296,7 @@ json attention_map(const json& req) {
     if (!find(req, "dv")) dv = 0;
     q = get_matrix(req["q"], "q", n, d, kMaxHeadDim);
     k = get_matrix(req["k"], "k", n, d, kMaxHeadDim);
-    v = get_matrix(req["v"], "v", n, dv, kMaxValueDim);
+    v = get_matrix(req["v"], "v", n, dv, max_dv);
   } else {
     // Q, K, V ~ N(0, 1), one stream per matrix so changing dv leaves Q and K alone.
     Normal nq(mix(seed ^ 0x51)), nk(mix(seed ^ 0x4b)), nv(mix(seed ^ 0x56));
@@ -808,6 +363,18 @@ json attention_map(const json& req) {
           {"isa", isa_name(resolve_isa(Isa::automatic))}};
 }
 
+}  // namespace
+
+json attention_map(const json& req) {
+  check_fields(req, {"tokens", "d", "dv", "seed", "causal", "q", "k", "v"});
+  return attention_of(req, kMaxValueDim, true);
+}
+
+json real_head(const json& req) {
+  check_fields(req, {"tokens", "causal", "q", "k", "v"});
+  return attention_of(req, kMaxHeadDim, false);
+}
+
 json misconceptions(const json& req) {
   check_fields(req, {"scores", "labels", "dk", "big_dk", "seed"});
   const std::vector<double> scores = get_numbers(req, "scores", 2, kMaxScores, -kMaxAbsScore, kMaxAbsScore, kStoryScores);
@@ -870,7 +437,7 @@ json misconceptions(const json& req) {
 
   // 3. "A big d_k is fine without scaling": the softmax saturates.
   const GrowthConfig cfg{16, 256, seed};
-  const GrowthPoint small = growth_point(1, cfg), big = growth_point(big_dk, cfg);
+  const GrowthPoint small = teaching::growth_point(1, cfg), big = teaching::growth_point(big_dk, cfg);
 
   return {
       {"order",
@@ -907,60 +474,6 @@ json misconceptions(const json& req) {
   };
 }
 
-// ---------------------------------------------------------------- admission
-
-WorkGate::WorkGate(int running, int waiting, std::chrono::milliseconds max_wait)
-    : max_running_(std::max(running, 1)), max_waiting_(std::max(waiting, 0)), max_wait_(max_wait) {}
-
-WorkGate::Turn WorkGate::enter() {
-  std::unique_lock lock(mutex_);
-  if (running_ < max_running_ && waiting_ == 0) {
-    ++running_;
-    return Turn(this);
-  }
-  if (waiting_ >= max_waiting_) return Turn();
-  ++waiting_;
-  const bool got = turn_free_.wait_for(lock, max_wait_, [&] { return running_ < max_running_; });
-  --waiting_;
-  if (!got) return Turn();
-  ++running_;
-  return Turn(this);
-}
-
-int WorkGate::running() const {
-  std::lock_guard lock(mutex_);
-  return running_;
-}
-
-int WorkGate::waiting() const {
-  std::lock_guard lock(mutex_);
-  return waiting_;
-}
-
-WorkGate::Turn::~Turn() {
-  if (!gate_) return;
-  {
-    std::lock_guard lock(gate_->mutex_);
-    --gate_->running_;
-  }
-  gate_->turn_free_.notify_one();
-}
-
-// ---------------------------------------------------------------- Host header
-
-HostCheck::HostCheck(const std::string& host) : own_(own_host_keys(host)) {}
-
-bool HostCheck::host_ok(std::string_view value) const {
-  const std::optional<std::string> key = host_key(value);
-  return key && (is_loopback_key(*key) || own_.count(*key) != 0);
-}
-
-bool HostCheck::origin_ok(std::string_view value) const {
-  constexpr std::string_view scheme = "http://";
-  if (value.substr(0, scheme.size()) != scheme) return false;
-  return host_ok(value.substr(scheme.size()));
-}
-
 // ---------------------------------------------------------------- routing
 
 std::string error_body(std::string_view message, std::string_view field) {
@@ -973,6 +486,7 @@ Response handle(std::string_view method, std::string_view path, std::string_view
   static const std::map<std::string, Endpoint, std::less<>> posts = {
       {"/api/scale", scale},         {"/api/softmax", softmax_story},     {"/api/growth", growth},
       {"/api/curve", curve},         {"/api/attention", attention_map},   {"/api/misconceptions", misconceptions},
+      {"/api/head", real_head},
   };
   try {
     if (path == "/api/info") {

@@ -3,8 +3,15 @@
 // Every endpoint is a plain function from a request object to a response
 // object, so tests call them without a socket; `sdpa serve` (serve.cpp) only
 // wires handle() and find_asset() to HTTP. All numbers the page shows come
-// from here: scaled scores and softmax weights are computed in double, the
-// attention maps by sdpa::attention (Options::probs).
+// from here. scale, softmax, growth and curve, and checks 1, 3 and 4 of
+// misconceptions, are the teaching maths in double (teaching_math.h); the
+// attention maps (attention, real_head) and check 2 of misconceptions (the
+// scale read back from the output) are sdpa::attention calls.
+//
+// One idea per file: json_fields.{h,cpp} reads and checks request fields,
+// rng.h draws the seeded numbers, teaching_math.{h,cpp} is the maths,
+// explorer_api.cpp the endpoints and routing, work_gate.cpp the admission of
+// costly calls, host_check.cpp the Host-header guard.
 //
 //   GET  /api/info            limits, defaults, the kernel ISA
 //   POST /api/scale           {score, dk}                     → √d_k, score ÷ √d_k
@@ -13,6 +20,8 @@
 //   POST /api/curve           {dk_max?, seed?, keys?, trials?} → the same statistics over d_k = 1, 2, 4, ...
 //   POST /api/attention       {tokens, d?, dv?, seed?, causal?, q?, k?, v?} → attention maps with and without scaling
 //   POST /api/misconceptions  {scores?, dk?, big_dk?, seed?}  → live checks of common misunderstandings
+//   POST /api/head            {tokens, q, k, v, causal?}      → attention's answer for entered Q, K, V with
+//                                                                value rows up to d long (a real model's head)
 //
 // A bad request is answered with HTTP 400 and {"error": "dk: expected ...", "field": "dk"}.
 // A request whose work exceeds kMaxWork is a bad request too (400 naming
@@ -72,40 +81,6 @@ class ApiError : public std::runtime_error {
   std::string field_;
 };
 
-// ---- Softmax arithmetic (double).
-std::vector<double> softmax(std::span<const double> scores);
-// log(softmax): strictly increasing in the score, no underflow (ranks are read from it).
-std::vector<double> log_softmax(std::span<const double> scores);
-// −Σ p·ln p in nats (0 ≤ H ≤ ln n).
-double entropy(std::span<const double> p);
-// ‖diag(p) − p·pᵀ‖_F: the size of the softmax Jacobian; tends to 0 as the softmax saturates.
-double jacobian_norm(std::span<const double> p);
-// 1 + the number of strictly larger values (ties share a rank).
-std::vector<int> ranks(std::span<const double> values);
-
-// ---- Experiment (c): q, k ~ N(0, I_dk); raw scores q·k have std √d_k, scaled ones std 1.
-struct GrowthConfig {
-  int keys = 16;          // keys per softmax row
-  int trials = 256;       // softmax rows (queries) per d_k
-  std::uint64_t seed = 1;
-};
-struct SoftmaxStats {
-  double max_weight = 0;  // mean over rows of the largest weight
-  double entropy = 0;     // mean entropy (nats)
-  double grad_norm = 0;   // mean ‖diag(p) − p·pᵀ‖_F
-};
-struct GrowthPoint {
-  int dk = 0;
-  double std_raw = 0, std_scaled = 0;  // of the keys·trials scores
-  SoftmaxStats raw, scaled;            // softmax of q·k and of q·k/√d_k
-};
-// Deterministic in (dk, cfg): the same point whether computed alone or in a curve.
-// `samples` (optional) receives the keys·trials raw scores.
-GrowthPoint growth_point(int dk, const GrowthConfig& cfg, std::vector<double>* samples = nullptr);
-// 1, 2, 4, ... up to dk_max (dk_max itself last even when not a power of two).
-std::vector<int> growth_dks(int dk_max);
-std::vector<GrowthPoint> growth_curve(int dk_max, const GrowthConfig& cfg);
-
 // ---- Endpoints: request object → response object; throw ApiError.
 nlohmann::json info();
 nlohmann::json scale(const nlohmann::json& req);
@@ -114,6 +89,7 @@ nlohmann::json growth(const nlohmann::json& req);
 nlohmann::json curve(const nlohmann::json& req);
 nlohmann::json attention_map(const nlohmann::json& req);
 nlohmann::json misconceptions(const nlohmann::json& req);
+nlohmann::json real_head(const nlohmann::json& req);
 
 // Admission for the costly endpoints: at most `running` at once, at most
 // `waiting` more waiting (each at most `max_wait`) for a turn.

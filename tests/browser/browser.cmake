@@ -43,6 +43,6 @@ else()
   add_test(NAME browser_explorer
            COMMAND "${_sdpa_browser_python}" ${CMAKE_CURRENT_LIST_DIR}/explorer_test.py
                    --sdpa $<TARGET_FILE:sdpa_cli> --chromedriver "${SDPA_CHROMEDRIVER}"
-                   --screenshot ${CMAKE_CURRENT_BINARY_DIR}/browser/explorer.png)
-  set_tests_properties(browser_explorer PROPERTIES TIMEOUT 60 LABELS "cli;browser")
+                   --screenshots ${CMAKE_CURRENT_BINARY_DIR}/browser)
+  set_tests_properties(browser_explorer PROPERTIES TIMEOUT 120 LABELS "cli;browser")
 endif()
