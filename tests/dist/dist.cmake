@@ -14,3 +14,12 @@ foreach(np 2 4)
   add_test(NAME ring_np${np} COMMAND ${SDPA_MPIRUN} -np ${np} $<TARGET_FILE:ring_test>)
   set_tests_properties(ring_np${np} PROPERTIES LABELS dist TIMEOUT 120 ENVIRONMENT "OMPI_MCA_rmaps_base_oversubscribe=1")
 endforeach()
+
+# mpirun -np P sdpa run --ring against sdpa run.
+if(TARGET sdpa_cli)
+  add_executable(ring_cli_test ${CMAKE_CURRENT_LIST_DIR}/ring_cli_test.cpp)
+  target_link_libraries(ring_cli_test PRIVATE sdpa_test_support GTest::gtest_main)
+  target_compile_definitions(ring_cli_test PRIVATE SDPA_CLI="$<TARGET_FILE:sdpa_cli>" SDPA_MPIEXEC="${MPIEXEC_EXECUTABLE}")
+  add_dependencies(ring_cli_test sdpa_cli)
+  gtest_discover_tests(ring_cli_test DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "dist;cli" TIMEOUT 120)
+endif()
