@@ -14,6 +14,9 @@ foreach(np 2 4)
   add_test(NAME ring_np${np} COMMAND ${SDPA_MPIRUN} -np ${np} $<TARGET_FILE:ring_test>)
   set_tests_properties(ring_np${np} PROPERTIES LABELS dist TIMEOUT 120 ENVIRONMENT "OMPI_MCA_rmaps_base_oversubscribe=1")
 endforeach()
+# Across two network namespaces over TCP (root only; skipped otherwise).
+add_test(NAME ring_netns COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/netns_test.sh ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:ring_test>)
+set_tests_properties(ring_netns PROPERTIES LABELS dist TIMEOUT 150 SKIP_RETURN_CODE 77 RUN_SERIAL ON)
 
 # mpirun -np P sdpa run --ring against sdpa run.
 if(TARGET sdpa_cli)
