@@ -66,8 +66,11 @@ struct Stats {
   std::int64_t steps = 0;           // ring steps run (fewer than P when a window cannot see the rest)
   std::int64_t blocks = 0;          // (query slice, key chunk) attention calls
   double compute_s = 0;             // in the library's attention calls and the merges
-  double wait_s = 0;                // blocked in MPI_Wait/MPI_Test for the blocks in flight
+  double test_s = 0;                // in MPI_Testall between attention calls (letting transfers progress)
+  double wait_s = 0;                // blocked in MPI_Waitall at the end of a step's compute
   double total_s = 0;               // the whole call
+  std::int64_t transfer_steps = 0;  // steps that sent or received
+  std::int64_t hidden_steps = 0;    // of those, the ones whose transfers were done when the compute was
   std::int64_t bytes_sent = 0;      // by this rank, every step
   std::int64_t bytes_per_step = 0;  // the largest a step sent
 };
