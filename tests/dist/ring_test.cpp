@@ -190,6 +190,21 @@ void run_error_case() {
   const bool named = message.find("q: expected") == 0 && message.find("rows") != std::string::npos;
   expect("every rank throws, naming q", named ? 0 : 1, 0);
   if (g_rank == 0) std::printf("    rank 0: %s\n", message.c_str());
+
+  // An option the ring does not take, named.
+  const std::int64_t good = sdpa::ring::shard_rows(Sharding::contiguous, n, g_ranks, g_rank);
+  std::vector<std::uint8_t> keep(static_cast<std::size_t>(n), 1);
+  sdpa::Options opt;
+  opt.mask = TensorView::contiguous(keep.data(), sdpa::DType::boolean, {n});
+  const TensorView q2 = TensorView::contiguous(q.data(), {1, 1, good, 8});
+  message.clear();
+  try {
+    sdpa::ring::attention({.comm = MPI_COMM_WORLD}, q2, q2, q2, TensorView::contiguous(o.data(), {1, 1, good, 8}), opt);
+  } catch (const sdpa::Error& e) {
+    message = e.what();
+  }
+  expect("an explicit mask is refused, named", message.find("mask: expected no explicit mask") == 0 ? 0 : 1, 0);
+  if (g_rank == 0) std::printf("    rank 0: %s\n", message.c_str());
 }
 
 }  // namespace
@@ -232,6 +247,8 @@ int main(int argc, char** argv) {
                      o.scale = 0.3;
                      o.causal = true;
                    }});
+  cases.push_back({.name = "N=5: ranks with no rows", .n_q = 5, .n_kv = 5, .sharding = Sharding::zigzag,
+                   .set = [](sdpa::Options& o, auto&) { o.causal = true; }});
   for (const Case& c : cases) {
     try {
       run_case(c);
