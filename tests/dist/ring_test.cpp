@@ -131,10 +131,13 @@ void run_case(const Case& cs) {
   const std::int64_t want_steps = cs.expect_steps < 0 ? g_ranks : std::min<std::int64_t>(cs.expect_steps, g_ranks);
   expect("ring steps run = " + std::to_string(want_steps), st.steps == want_steps ? 0 : 1, 0);
 
-  // Deterministic: a second run gives the same bits.
+  // Deterministic: a second run gives the same bits, on 2 threads as on 1.
   std::vector<float> o_again(o_l.size());
-  sdpa::ring::attention(ring, ql, kl, vl, TensorView::contiguous(o_again.data(), {B, H, nq, dv}), opt);
-  expect("forward bitwise repeatable", std::memcmp(o_again.data(), o_l.data(), o_l.size() * sizeof(float)) == 0 ? 0 : 1, 0);
+  sdpa::Options two = opt;
+  two.threads = 2;
+  sdpa::ring::attention(ring, ql, kl, vl, TensorView::contiguous(o_again.data(), {B, H, nq, dv}), two);
+  expect("forward bitwise repeatable, 2 threads",
+         std::memcmp(o_again.data(), o_l.data(), o_l.size() * sizeof(float)) == 0 ? 0 : 1, 0);
   if (!cs.backward) return;
 
   std::vector<double> dq_ref(q.size()), dk_ref(k.size()), dv_ref(v.size()), dsinks_ref(H);
@@ -167,10 +170,10 @@ void run_case(const Case& cs) {
   g2.dq = TensorView::contiguous(dq2.data(), {B, H, nq, d});
   g2.dk = TensorView::contiguous(dk_again.data(), {B, Hkv, nkv, d});
   g2.dv = TensorView::contiguous(dv2.data(), {B, Hkv, nkv, dv});
-  sdpa::ring::attention_backward(ring, ql, kl, vl, ol, lsel, dol, g2, opt);
+  sdpa::ring::attention_backward(ring, ql, kl, vl, ol, lsel, dol, g2, two);
   const bool same = std::memcmp(dk_again.data(), dk_l.data(), dk_l.size() * 4) == 0 &&
                     std::memcmp(dq2.data(), dq_l.data(), dq_l.size() * 4) == 0;
-  expect("backward bitwise repeatable", same ? 0 : 1, 0);
+  expect("backward bitwise repeatable, 2 threads", same ? 0 : 1, 0);
 }
 
 // One rank gives the wrong number of rows: every rank throws, none hangs.
