@@ -33,6 +33,7 @@
 #include "commands.h"
 #include "io/npy.h"
 #include "output_files.h"
+#include "ring_run.h"
 #include "sdpa/attention.h"
 #include "sdpa/backward.h"
 #include "sdpa/serving.h"
@@ -63,6 +64,8 @@ struct RunArgs {
   // Storage: what Q, K, V and dO are converted to on load (auto: nothing, as
   // in their files), and the dtype of O and the gradients.
   std::string storage = "auto", out_dtype = "auto";
+  // Ring attention over MPI (under mpirun): every rank runs a shard.
+  bool ring = false, zigzag = false;
 };
 
 // Everything a failure message needs to name: the flag and the file.
@@ -431,6 +434,18 @@ Settings check_flags(const RunArgs& args) {
         throw UsageError(fmt::format("{}: not available with packed sequences (--cu-seqlens-q/k)", flag));
   }
 
+  if (args.zigzag && !args.ring) throw UsageError("--zigzag: expected it with --ring (it is ring attention's sharding)");
+  if (args.ring) {
+    if (args.reference) throw UsageError("--reference: not available with --ring (the ring runs the fast path)");
+    for (const auto& [flag, path] : {std::pair{"--probs", &args.probs}, std::pair{"--dropout-mask", &args.dropout_mask},
+                                     std::pair{"--mask", &args.mask}, std::pair{"--cu-seqlens-q", &args.cu_seqlens_q},
+                                     std::pair{"--dropout", &args.dropout}})
+      if (!path->empty()) throw UsageError(fmt::format("{}: not available with --ring", flag));
+    if (s.storage && *s.storage != DType::f32)
+      throw UsageError("--storage: expected auto or f32 with --ring (the ring computes in float32), got " +
+                       args.storage);
+  }
+
   check_distinct({{"--out", args.out},
                   {"--lse", args.lse},
                   {"--probs", args.probs},
@@ -606,9 +621,38 @@ int run_packed(const RunArgs& args, const Settings& s) {
   return kExitOk;
 }
 
-int run_run(const RunArgs& args) {
-  const Settings s = check_flags(args);
-  if (!args.cu_seqlens_q.empty()) return run_packed(args, s);
+// The forward, then (with --do) the backward, in this process.
+template <class MakeGradients>
+void run_single(const RunArgs& args, const Settings& s, const Input& q, const Input& k, const Input& v,
+                const std::optional<Input>& d_o, const std::vector<const Input*>& inputs, Outputs& outputs,
+                const Options& opt, const TensorView& o_view, const MakeGradients& gradients) {
+  try {
+    if (args.reference) {
+      reference_attention(q.view, k.view, v.view, o_view, opt);
+    } else {
+      attention(q.view, k.view, v.view, o_view, opt);
+    }
+  } catch (const Error& e) {
+    throw named_error(e, inputs, outputs);
+  }
+
+  if (s.backward) {
+    const Gradients g = gradients();
+    const Options bopt = backward_options(opt);
+    try {
+      if (args.reference) {
+        reference_attention_backward(q.view, k.view, v.view, o_view, opt.lse, d_o->view, g, bopt);
+      } else {
+        attention_backward(q.view, k.view, v.view, o_view, opt.lse, d_o->view, g, bopt);
+      }
+    } catch (const Error& e) {
+      throw named_error(e, inputs, outputs);
+    }
+  }
+}
+
+// Dense [B, H, N, d] inputs, in one process or (ring != nullptr) on rank 0 of the ring.
+int run_dense(const RunArgs& args, const Settings& s, RingSession* ring) {
 
   const Input q = load_input("--q", args.q, s.layout, s.storage, args.reference);
   const Input k = load_input("--k", args.k, s.layout, s.storage, args.reference);
@@ -653,18 +697,8 @@ int run_run(const RunArgs& args) {
         DType::boolean, {b, h, n_q, n_kv});
   }
   const TensorView o_view = layout_view(o, o_dtype, {b, h, n_q, dv}, s.layout);
-  try {
-    if (args.reference) {
-      reference_attention(q.view, k.view, v.view, o_view, opt);
-    } else {
-      attention(q.view, k.view, v.view, o_view, opt);
-    }
-  } catch (const Error& e) {
-    throw named_error(e, inputs, outputs);
-  }
-
-  if (s.backward) {
-    // The gradients in the layout and rank of their inputs.
+  // The gradients in the layout and rank of their inputs.
+  const auto gradients = [&] {
     Gradients g;
     const auto gradient = [&](const char* flag, const std::string& path, const Input& of) {
       const DType t = output_dtype(s, of.view.dtype, args.reference);
@@ -675,16 +709,22 @@ int run_run(const RunArgs& args) {
     g.dv = gradient("--dv", args.dv, v);
     if (!args.dsinks.empty())
       g.dsinks = TensorView::contiguous(outputs.add({"--dsinks", args.dsinks}, stat_dtype, {h}), stat_dtype, {h});
-    const Options bopt = backward_options(opt);
+    return g;
+  };
+  if (ring) {
+    RingProblem rp{.q = q.view, .k = k.view, .v = v.view, .d_o = {}, .o = o_view, .lse = opt.lse, .grads = {},
+                   .opt = opt};
+    if (s.backward) {
+      rp.d_o = d_o->view;
+      rp.grads = gradients();
+    }
     try {
-      if (args.reference) {
-        reference_attention_backward(q.view, k.view, v.view, o_view, opt.lse, d_o->view, g, bopt);
-      } else {
-        attention_backward(q.view, k.view, v.view, o_view, opt.lse, d_o->view, g, bopt);
-      }
+      ring->run_root(rp, args.zigzag);
     } catch (const Error& e) {
       throw named_error(e, inputs, outputs);
     }
+  } else {
+    run_single(args, s, q, k, v, d_o, inputs, outputs, opt, o_view, gradients);
   }
 
   outputs.commit();
@@ -697,9 +737,26 @@ int run_run(const RunArgs& args) {
                                            : fmt::format("fast path ({}, {} threads)", isa_name(resolve_isa(s.isa)),
                                                          threads),
                             args.layout, format_number(scale), s.scale ? "" : fmt::format(" (1/√{})", q.dims[3]),
-                            features(args, s)),
+                            features(args, s) + (ring ? "; " + ring->summary() : "")),
                 inputs, outputs);
   return kExitOk;
+}
+
+int run_run(const RunArgs& args) {
+  const Settings s = check_flags(args);
+  if (!args.cu_seqlens_q.empty()) return run_packed(args, s);
+  if (!args.ring) return run_dense(args, s, nullptr);
+  RingSession session;
+  if (session.rank() != 0) return session.run_worker(base_options(args, s, Modifiers{}), args.zigzag);
+  try {
+    return run_dense(args, s, &session);
+  } catch (const CliError& e) {
+    session.abandon(e.exit_code());
+    throw;
+  } catch (const std::exception&) {
+    session.abandon(kExitFailure);
+    throw;
+  }
 }
 
 const Registrar kRegistrar{Command{
@@ -786,6 +843,15 @@ const Registrar kRegistrar{Command{
                      "else float32 (float64 with --reference); f64 only with --reference; .npy has no bfloat16")
           ->type_name("auto|f32|f16|f64")
           ->capture_default_str();
+      sub.add_flag("--ring", args->ring,
+                   "Ring attention over MPI: run under mpirun -np P; every rank computes a shard of the sequence "
+                   "(rank 0 reads the files, scatters the shards, gathers the results and writes them); the same "
+                   "flags and files as without it, except --reference, --mask, --probs, --dropout, --dropout-mask "
+                   "and packed batches");
+      sub.add_flag("--zigzag", args->zigzag,
+                   "With --ring: zigzag sharding, the sequence cut into 2P chunks and rank r holding chunks r and "
+                   "2P-1-r, so that with --causal every rank does the same work (default: rank r holds rows "
+                   "[r·N/P, (r+1)·N/P))");
       sub.add_option("--isa", args->isa, "Kernel instruction set: " + isa_choices())
           ->type_name("ISA")
           ->capture_default_str();

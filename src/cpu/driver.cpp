@@ -35,7 +35,8 @@
 //
 // Split-KV (flash-decoding): when the (b, hk, block) items are too few to keep
 // threads busy (decode), keys are cut into chunks; each chunk yields (m, l,
-// acc) per row and the chunks are merged in order by log-sum-exp. The chunking
+// acc) per row and the chunks are merged in order by log-sum-exp (cpu/merge.h,
+// the merge ring attention shares). The chunking
 // depends on the shape only, never on the thread count, so results are
 // bitwise identical for any number of threads.
 #include "cpu/driver.h"
@@ -54,6 +55,7 @@
 #include "cpu/dispatch.h"
 #include "cpu/dropout_tile.h"
 #include "cpu/kernels/denormals.h"
+#include "cpu/merge.h"
 #include "cpu/threads.h"
 #include "cpu/tiles.h"
 #include "half.h"
@@ -237,28 +239,16 @@ class Runner : TileOps {
     const Block bl = block(g, idx / g.pl.blocks, idx % g.pl.blocks);
     std::vector<double> acc(static_cast<std::size_t>(p_.dv));
     for (int rr = 0; rr < bl.nr; ++rr) {
-      double m = -std::numeric_limits<double>::infinity();
+      LseMerge merged;
       bool seen = false;
-      for (std::int64_t s = 0; s < g.pl.splits; ++s) {
-        const Partial ps = read_partial(partial(bl, s, rr));
-        seen = seen || ps.seen;
-        if (std::isnan(ps.m) || std::isnan(m))
-          m = std::nan("");
-        else if (ps.m > m)
-          m = ps.m;
-      }
-      double l = 0;
       for (double& a : acc) a = 0;
-      if (m != -std::numeric_limits<double>::infinity()) {
-        for (std::int64_t s = 0; s < g.pl.splits; ++s) {
-          const float* part = partial(bl, s, rr);
-          const Partial ps = read_partial(part);
-          if (ps.m == -std::numeric_limits<double>::infinity()) continue;  // a chunk whose every weight is 0
-          const double wgt = std::exp(ps.m - m) * ps.l;
-          l += wgt;
-          for (std::int64_t c = 0; c < p_.dv; ++c) acc[c] += wgt * part[kPartHead + c];
-        }
+      for (std::int64_t s = 0; s < g.pl.splits; ++s) {
+        const float* part = partial(bl, s, rr);
+        const Partial ps = read_partial(part);
+        seen = seen || ps.seen;
+        merged.fold(ps.m, ps.l, part + kPartHead, acc.data(), p_.dv);
       }
+      const double m = merged.m, l = merged.l;
       finish_row(bl, rr, m, l, seen, [&](std::int64_t c) { return acc[c]; });
     }
   }
