@@ -625,11 +625,89 @@ TEST_F(cli_bench, dtypes_side_by_side_with_both_peers) {
   const std::string json = slurp(path("b.json"));
   EXPECT_EQ(count(json, "\"dtype\": \"bf16\""), 6u);
   EXPECT_EQ(count(json, "\"vs_f32\""), 18u);
-  EXPECT_EQ(count(json, "\"torch_ms\""), 8u);  // the prefill rows in f32 and bf16 (torch has no int8 K/V)
+  EXPECT_EQ(count(json, "\"torch_ms\""), 12u);  // the f32 and bf16 rows (torch has no int8 K/V)
+  EXPECT_EQ(count(json, "\"ort_ms\""), 0u);     // onnxruntime only with --peers
   EXPECT_EQ(count(json, "\"ggml_ms\""), 6u);   // every decode row (i8 as ggml's q8_0)
   EXPECT_THAT(json, HasSubstr("\"round_p\": true"));
   EXPECT_THAT(json, HasSubstr("\"i8_scales\""));
   EXPECT_THAT(json, HasSubstr("\"Hkv\": 32"));
+}
+
+// A stand-in for the Python of --peers: run as `python peer_bench.py PEER ...`, it answers as peer_bench.py
+// does for the peers matching `timed` (a shell case pattern) and as a Python without the package for the others.
+std::string fake_python(const std::string& file, const std::string& timed) {
+  {
+    std::ofstream f(file);
+    f << "#!/bin/sh\n"
+         "case \"$2\" in " << timed << ")\n"
+         "  echo '{\"peer\": \"'$2'\", \"ms\": 2.0, \"kernel\": \"stand-in '$2'\"}'; exit 0;;\n"
+         "esac\n"
+         "echo '{\"peer\": \"'$2'\", \"error\": \"not importable: No module named '$2'\"}'; exit 3\n";
+  }
+  fs::permissions(file, fs::perms::owner_all);
+  return file;
+}
+
+// Sets an environment variable for the life of a test.
+struct ScopedEnv {
+  ScopedEnv(const char* name, const std::string& value) : name_(name) { ::setenv(name, value.c_str(), 1); }
+  ~ScopedEnv() { ::unsetenv(name_); }
+  const char* name_;
+};
+
+TEST_F(cli_bench, peers_time_torch_and_onnxruntime_and_skip_what_is_missing) {
+  const std::vector<std::string> small = {"bench", "--peers", "--dtype", "f32,f16", "--n", "32", "--nkv", "64",
+                                          "--repeats", "1", "--no-baseline"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = small;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  // Both peers present, under --python: their columns on every f32 and f16 row, prefill and decode.
+  const std::string both = fake_python(path("both.sh"), "torch|onnxruntime");
+  Result r = cli(with({"--python", both, "--json", path("b.json")}));
+  ASSERT_EQ(r.code, 0) << describe(r);
+  for (const char* column : {"torch ms", "vs torch", "ort ms", "vs ort"}) EXPECT_THAT(r.out, HasSubstr(column));
+  EXPECT_THAT(r.out, HasSubstr("peer: stand-in onnxruntime"));
+  std::string json = slurp(path("b.json"));
+  // 4 prefill and 2 decode shapes in f32 and f16.
+  EXPECT_EQ(count(json, "\"torch_ms\""), 12u) << json;
+  EXPECT_EQ(count(json, "\"ort_ms\""), 12u) << json;
+  EXPECT_EQ(count(json, "\"vs_ort\""), 12u) << json;
+  EXPECT_THAT(json, HasSubstr("\"onnxruntime\": \"stand-in onnxruntime\""));
+
+  // The default Python ($SDPA_PEER_PYTHON) with torch but no onnxruntime: the bench goes on without it.
+  {
+    const ScopedEnv env("SDPA_PEER_PYTHON", fake_python(path("torch_only.sh"), "torch"));
+    r = cli(with({"--json", path("t.json")}));
+  }
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_EQ(count(r.out, "peer: onnxruntime not timed: not importable: No module named onnxruntime"), 1u) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("pip install onnxruntime"));
+  EXPECT_THAT(r.out, HasSubstr("vs torch"));
+  EXPECT_THAT(r.out, Not(HasSubstr("ort ms")));
+  json = slurp(path("t.json"));
+  EXPECT_EQ(count(json, "\"torch_ms\""), 12u);
+  EXPECT_EQ(count(json, "\"ort_ms\""), 0u);
+
+  // A Python with neither: both skipped, one line each, sdpa's table still printed.
+  {
+    const ScopedEnv env("SDPA_PEER_PYTHON", fake_python(path("neither.sh"), "none"));
+    r = cli(small);
+  }
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_EQ(count(r.out, "peer: PyTorch not timed"), 1u) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("pip install torch"));
+  EXPECT_EQ(count(r.out, "peer: onnxruntime not timed"), 1u) << r.out;
+  EXPECT_THAT(r.out, Not(HasSubstr("vs torch")));
+  EXPECT_THAT(r.out, HasSubstr("GFLOP/s"));
+  EXPECT_EQ(count(r.out, "prefill "), 8u) << r.out;
+
+  // --backward --peers: torch's backward only, and onnxruntime said to have none, once.
+  r = cli({"bench", "--backward", "--peers", "--n", "32", "--repeats", "1", "--python", both});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_THAT(r.out, HasSubstr("vs torch"));
+  EXPECT_EQ(count(r.out, "onnxruntime not timed: it has no attention backward"), 1u) << r.out;
 }
 
 TEST_F(cli_bench, bad_dtype_and_peer_flags_are_usage_errors) {
@@ -642,6 +720,16 @@ TEST_F(cli_bench, bad_dtype_and_peer_flags_are_usage_errors) {
   r = cli({"bench", "--ggml", path("missing")});
   EXPECT_EQ(r.code, 2) << describe(r);
   EXPECT_THAT(r.err, HasSubstr("--ggml: expected the ggml_flash_attn program"));
+  r = cli({"bench", "--peers", "--python", path("missing")});
+  EXPECT_EQ(r.code, 2) << describe(r);
+  EXPECT_THAT(r.err, HasSubstr("sdpa bench: --python: expected a Python executable (a path, or a name on PATH), got '" +
+                               path("missing") + "' (not an executable file)"));
+  r = cli({"bench", "--peers", "--python", "no-such-python-on-path"});
+  EXPECT_EQ(r.code, 2) << describe(r);
+  EXPECT_THAT(r.err, HasSubstr("--python: expected a Python executable"));
+  r = cli({"bench", "--peers", "--shapes", "sideways"});
+  EXPECT_EQ(r.code, 2) << describe(r);
+  EXPECT_THAT(r.err, HasSubstr("--shapes: expected all, prefill or decode, got 'sideways'"));
   r = cli({"bench", "--shapes", "decode", "--nkv", "0"});
   EXPECT_EQ(r.code, 2) << describe(r);
   EXPECT_THAT(r.err, HasSubstr("--nkv: expected cache lengths >= 1, got 0"));

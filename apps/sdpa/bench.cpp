@@ -32,11 +32,13 @@
 // against it.
 //
 // Peers, each in its own process, shape by shape, after sdpa: PyTorch's
-// scaled_dot_product_attention in f32, f16 or bf16 for the prefill rows (with
-// --python, through scripts/peer_bench.py), and ggml's CPU flash_attn_ext with
-// K/V in f32, f16, bf16 or q8_0 (for i8) for the decode rows (--ggml: the
-// ggml_flash_attn program of bench/peers, built with -DSDPA_GGML_DIR). "vs
-// torch" and "vs ggml" are the peer's time over sdpa's.
+// scaled_dot_product_attention in f32, f16 or bf16 (with --python or --peers,
+// through scripts/peer_bench.py), onnxruntime's ONNX Attention-23 on its CPU
+// provider in f32 and f16 (--peers, the same script), both for prefill and
+// decode rows, and ggml's CPU flash_attn_ext with K/V in f32, f16, bf16 or
+// q8_0 (for i8) for the decode rows (--ggml: the ggml_flash_attn program of
+// bench/peers, built with -DSDPA_GGML_DIR). "vs torch", "vs ort" and "vs ggml"
+// are the peer's time over sdpa's (above 1: sdpa is faster).
 //
 // --backward times the backward pass instead (dQ, dK, dV from the forward's O
 // and lse, which are computed once, untimed): FLOPs = 10·B·H·Nq·Nkv·d (the five
@@ -120,6 +122,7 @@ struct Row {
   double vs_f32 = 0;  // the f32 row's ms over this row's (0: no f32 row)
   double blas_ms = 0, speedup = 0;
   double peer_ms = 0, vs_peer = 0;  // PyTorch's time and its ratio to sdpa's (0: not run)
+  double ort_ms = 0, vs_ort = 0;    // onnxruntime's (0: not run)
   double ggml_ms = 0, vs_ggml = 0;  // ggml's (0: not run)
   double io_mib = 0, extra_mib = 0;
 };
@@ -195,6 +198,24 @@ class Peer {
   std::string program_, script_;
   bool ready_ = false;
 };
+
+// Whether `program` names an executable file: a path, or a name found on PATH.
+bool runnable(const std::string& program) {
+  auto is_exe = [](const std::string& p) {
+    struct stat st;
+    return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(p.c_str(), X_OK) == 0;
+  };
+  if (program.find('/') != std::string::npos) return is_exe(program);
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "";
+  for (std::size_t at = 0; at <= dirs.size();) {
+    const std::size_t end = std::min(dirs.find(':', at), dirs.size());
+    const std::string dir = end > at ? dirs.substr(at, end - at) : ".";
+    if (is_exe(dir + "/" + program)) return true;
+    at = end + 1;
+  }
+  return false;
+}
 
 // --python's default: $SDPA_PEER_PYTHON, the project's .venv when run from
 // its root, else python3 on PATH.
@@ -488,7 +509,7 @@ Row measure_backward(const Shape& s, const Isa isa, int threads, int repeats, do
 }
 
 int run_backward_bench(const std::vector<Shape>& shapes, Isa isa, int t, int repeats, const std::string& python,
-                       const std::string& json_path) {
+                       bool peers, const std::string& json_path) {
   std::printf("machine: %u hardware threads; measuring the backward pass with %d thread%s, isa %s (kernels %s)\n",
               std::thread::hardware_concurrency(), t, t == 1 ? "" : "s", isa_name(isa), cpu::kernels_for(isa).name);
   const double peak_gflops = sdpa::bench::fma_peak_gflops(isa, t);
@@ -499,11 +520,13 @@ int run_backward_bench(const std::vector<Shape>& shapes, Isa isa, int t, int rep
   std::string why;
   const bool have_peer = peer.run("torch --pass backward --b 1 --h 1 --hkv 1 --nq 8 --nkv 8 --d 8 --repeats 1", why) > 0;
   if (have_peer)
-    std::printf("peer: %s (under %s)\n\n", peer.kernel.c_str(), python.c_str());
+    std::printf("peer: %s (under %s)\n", peer.kernel.c_str(), python.c_str());
   else
     std::printf("peer: PyTorch not timed: %s under %s (pip install torch in a virtual environment, then --python "
-                "PATH/bin/python3)\n\n",
+                "PATH/bin/python3)\n",
                 why.c_str(), python.c_str());
+  if (peers) std::printf("peer: onnxruntime not timed: it has no attention backward\n");
+  std::printf("\n");
   std::printf("%-8s %3s %3s %4s %6s %6s %4s %-6s %9s %8s %7s %10s %9s %9s\n", "pass", "B", "H", "Hkv", "Nq", "Nkv",
               "d", "causal", "ms", "GFLOP/s", "%peak", "torch ms", "vs torch", "extra MiB");
   std::vector<Row> rows;
@@ -551,7 +574,7 @@ struct BenchArgs {
   std::string which = "all";
   std::vector<std::int64_t> ns, nkvs;
   std::vector<std::string> dtypes = {"f32"};
-  bool backward = false, baseline = true, round_p = false;
+  bool backward = false, baseline = true, round_p = false, peers = false;
   std::string python, ggml, isa = "auto", json;
   int threads = 0, repeats = 3;
 };
@@ -571,18 +594,24 @@ std::string cell(bool have, double x, const char* format) {
   return have ? fmt::format(fmt::runtime(format), x) : std::string("-");
 }
 
+// Which peers' columns the forward table has.
+struct PeerColumns {
+  bool torch = false, ort = false, ggml = false;
+};
+
 // The forward table's lines: fixed columns, then the peers' when they run.
-std::string header_line(bool torch, bool ggml) {
+std::string header_line(const PeerColumns& c) {
   std::string line = fmt::format("{:<8} {:>3} {:>3} {:>4} {:>6} {:>6} {:>4} {:<6} {:<5} {:>9} {:>8} {:>7} {:>8} {:>6} "
                                  "{:>7} {:>9} {:>8}",
                                  "shape", "B", "H", "Hkv", "Nq", "Nkv", "d", "causal", "dtype", "ms", "GFLOP/s", "%peak",
                                  "GB/s", "%bw", "vs f32", "blas ms", "speedup");
-  if (torch) line += fmt::format(" {:>10} {:>9}", "torch ms", "vs torch");
-  if (ggml) line += fmt::format(" {:>9} {:>8}", "ggml ms", "vs ggml");
+  if (c.torch) line += fmt::format(" {:>10} {:>9}", "torch ms", "vs torch");
+  if (c.ort) line += fmt::format(" {:>9} {:>8}", "ort ms", "vs ort");
+  if (c.ggml) line += fmt::format(" {:>9} {:>8}", "ggml ms", "vs ggml");
   return line + fmt::format(" {:>9} {:>9}", "io MiB", "extra MiB");
 }
 
-std::string row_line(const Row& r, bool torch, bool ggml) {
+std::string row_line(const Row& r, const PeerColumns& c) {
   const Shape& s = r.s;
   const bool ran = r.error.empty(), dec = s.kind == "decode";
   std::string line = fmt::format(
@@ -591,10 +620,12 @@ std::string row_line(const Row& r, bool torch, bool ggml) {
       cell(ran, r.gflops, "{:.1f}"), cell(ran, r.pct_peak, "{:.1f}%"), cell(ran && dec, r.gbs, "{:.1f}"),
       cell(ran && dec, r.pct_bw, "{:.1f}%"), cell(r.vs_f32 > 0, r.vs_f32, "{:.2f}x"),
       cell(r.blas_ms > 0, r.blas_ms, "{:.2f}"), cell(r.speedup > 0, r.speedup, "{:.2f}x"));
-  if (torch)
+  if (c.torch)
     line += fmt::format(" {:>10} {:>9}", cell(r.peer_ms > 0, r.peer_ms, "{:.2f}"),
                         cell(r.vs_peer > 0, r.vs_peer, "{:.2f}x"));
-  if (ggml)
+  if (c.ort)
+    line += fmt::format(" {:>9} {:>8}", cell(r.ort_ms > 0, r.ort_ms, "{:.2f}"), cell(r.vs_ort > 0, r.vs_ort, "{:.2f}x"));
+  if (c.ggml)
     line += fmt::format(" {:>9} {:>8}", cell(r.ggml_ms > 0, r.ggml_ms, "{:.2f}"),
                         cell(r.vs_ggml > 0, r.vs_ggml, "{:.2f}x"));
   return line + fmt::format(" {:>9.1f} {:>9}", r.io_mib, cell(ran, r.extra_mib, "{:.1f}"));
@@ -635,6 +666,9 @@ int run_bench(BenchArgs a) {
       throw UsageError("--ggml: expected the ggml_flash_attn program (cmake -DSDPA_GGML_DIR=..., see README), got '" +
                        a.ggml + "' (not an executable file)");
   }
+  if (!a.python.empty() && !runnable(a.python))
+    throw UsageError("--python: expected a Python executable (a path, or a name on PATH), got '" + a.python +
+                     "' (not an executable file)");
   Isa isa;
   try {
     isa = parse_isa(a.isa);
@@ -676,7 +710,7 @@ int run_bench(BenchArgs a) {
   std::sort(a.nkvs.begin(), a.nkvs.end());
   if (backward) {
     if (a.python.empty()) a.python = default_python();
-    return run_backward_bench(default_shapes("prefill", ns, a.nkvs), isa, t, a.repeats, a.python, a.json);
+    return run_backward_bench(default_shapes("prefill", ns, a.nkvs), isa, t, a.repeats, a.python, a.peers, a.json);
   }
 
   std::printf("machine: %u hardware threads; measuring with %d thread%s, isa %s (kernels %s)\n",
@@ -686,18 +720,27 @@ int run_bench(BenchArgs a) {
   const double read_bw_gbs = sdpa::bench::measure_read_bandwidth_gbs(t);
   std::printf("FMA peak (float32, %d-lane FMA chains, %d threads): %.1f GFLOP/s    DRAM read bandwidth: %.1f GB/s\n",
               lanes, t, peak_gflops, read_bw_gbs);
-  // The peers: PyTorch for prefill rows only when --python names a Python
-  // (the forward table is sdpa's own by default), ggml for decode rows.
+  // The peers: PyTorch when --python names a Python or --peers is given (the
+  // forward table is sdpa's own by default), onnxruntime with --peers, under
+  // the same Python; ggml for decode rows with --ggml. Each is probed once on
+  // a tiny shape and left out, with a line saying why, when that fails.
   const std::vector<Shape> shapes = default_shapes(which, ns, a.nkvs);
-  const bool any_prefill = std::any_of(shapes.begin(), shapes.end(), [](const Shape& s) { return s.kind == "prefill"; });
   const bool any_decode = std::any_of(shapes.begin(), shapes.end(), [](const Shape& s) { return s.kind == "decode"; });
-  std::optional<Peer> torch, ggml;
-  std::string torch_kernel, ggml_kernel;
-  if (!a.python.empty() && any_prefill) {
+  if (a.peers && a.python.empty()) a.python = default_python();
+  std::optional<Peer> torch, ort, ggml;
+  std::string torch_kernel, ort_kernel, ggml_kernel;
+  const char* const tiny = "--pass forward --dtype f32 --b 1 --h 2 --hkv 1 --nq 8 --nkv 8 --d 8 --repeats 1";
+  if (!a.python.empty()) {
     torch.emplace(a.python, kPeerBenchPy);
-    torch_kernel = probe(*torch, "torch --pass forward --dtype f32 --b 1 --h 1 --hkv 1 --nq 8 --nkv 8 --d 8 --repeats 1",
-                         "PyTorch", " (pip install torch in a virtual environment, then --python PATH/bin/python3)");
+    torch_kernel = probe(*torch, std::string("torch ") + tiny, "PyTorch",
+                         " (pip install torch in a virtual environment, then --python PATH/bin/python3)");
     if (torch_kernel.empty()) torch.reset();
+  }
+  if (a.peers) {
+    ort.emplace(a.python, kPeerBenchPy);
+    ort_kernel = probe(*ort, std::string("onnxruntime ") + tiny, "onnxruntime",
+                       " (pip install onnxruntime onnx in a virtual environment, then --python PATH/bin/python3)");
+    if (ort_kernel.empty()) ort.reset();
   }
   if (!a.ggml.empty() && any_decode) {
     ggml.emplace(a.ggml);
@@ -710,7 +753,8 @@ int run_bench(BenchArgs a) {
   std::printf("%s\n\n", a.round_p ? "; P rounded to 16 bits before P·V (--round-p)" : "");
 
   const Setup setup{isa, t, a.repeats, a.round_p, peak_gflops, read_bw_gbs};
-  std::printf("%s\n", header_line(bool(torch), bool(ggml)).c_str());
+  const PeerColumns columns{bool(torch), bool(ort), bool(ggml)};
+  std::printf("%s\n", header_line(columns).c_str());
   std::vector<Row> rows;
   std::vector<std::string> notes;
   for (const Shape& s : shapes) {
@@ -734,30 +778,28 @@ int run_bench(BenchArgs a) {
         r.blas_ms = blas_ms;
         r.speedup = blas_ms / r.ms;
       }
-      std::string why;
-      if (torch && s.kind == "prefill" && r.st != Storage::i8) {
-        const double ms = torch->run(fmt::format("torch --pass forward --dtype {} {}", storage_name(r.st),
-                                                 peer_shape_args(s, t, a.repeats)),
-                                     why);
-        if (ms > 0) {
-          r.peer_ms = ms;
-          r.vs_peer = ms / r.ms;
+      // A peer's time on this row and its ratio to sdpa's, or a note (once) saying why not.
+      auto time_peer = [&](const Peer& peer, const char* name, const std::string& args, double& ms, double& vs) {
+        std::string why;
+        const double m = peer.run(args, why);
+        if (m > 0) {
+          ms = m;
+          vs = m / r.ms;
+          return;
         }
-      }
-      if (ggml && s.kind == "decode") {
-        const double ms =
-            ggml->run(fmt::format("--type {} {}", ggml_type(r.st), peer_shape_args(s, t, a.repeats)), why);
-        if (ms > 0) {
-          r.ggml_ms = ms;
-          r.vs_ggml = ms / r.ms;
-        }
-      }
-      if (!why.empty()) {
-        const std::string note = fmt::format("peer not timed on a {} {} row: {}", s.kind, storage_name(r.st), why);
+        const std::string note = fmt::format("{} not timed on {} {} rows: {}", name, s.kind, storage_name(r.st), why);
         if (std::find(notes.begin(), notes.end(), note) == notes.end()) notes.push_back(note);
-      }
+      };
+      // torch and onnxruntime hold Q, K, V in the row's dtype; neither has int8 K/V.
+      const std::string py_args =
+          fmt::format("--pass forward --dtype {} {}", storage_name(r.st), peer_shape_args(s, t, a.repeats));
+      if (torch && r.st != Storage::i8) time_peer(*torch, "PyTorch", "torch " + py_args, r.peer_ms, r.vs_peer);
+      if (ort && r.st != Storage::i8) time_peer(*ort, "onnxruntime", "onnxruntime " + py_args, r.ort_ms, r.vs_ort);
+      if (ggml && s.kind == "decode")
+        time_peer(*ggml, "ggml", fmt::format("--type {} {}", ggml_type(r.st), peer_shape_args(s, t, a.repeats)),
+                  r.ggml_ms, r.vs_ggml);
     }
-    for (std::size_t i = first; i < rows.size(); ++i) std::printf("%s\n", row_line(rows[i], bool(torch), bool(ggml)).c_str());
+    for (std::size_t i = first; i < rows.size(); ++i) std::printf("%s\n", row_line(rows[i], columns).c_str());
     std::fflush(stdout);
   }
   if (!notes.empty()) std::printf("\n");
@@ -776,7 +818,7 @@ int run_bench(BenchArgs a) {
     if (std::find(storages.begin(), storages.end(), Storage::i8) != storages.end())
       js["i8_scales"] = {{"dtype", "float16"}, {"group", kI8Group}};
     js["round_p"] = a.round_p;
-    js["peers"] = {{"torch", torch_kernel}, {"ggml", ggml_kernel}};
+    js["peers"] = {{"torch", torch_kernel}, {"onnxruntime", ort_kernel}, {"ggml", ggml_kernel}};
     nlohmann::ordered_json& out = js["shapes"] = nlohmann::ordered_json::array();
     for (const Row& r : rows) {
       nlohmann::ordered_json x;
@@ -801,6 +843,10 @@ int run_bench(BenchArgs a) {
       if (r.peer_ms > 0) {
         x["torch_ms"] = r.peer_ms;
         x["vs_torch"] = r.vs_peer;
+      }
+      if (r.ort_ms > 0) {
+        x["ort_ms"] = r.ort_ms;
+        x["vs_ort"] = r.vs_ort;
       }
       if (r.ggml_ms > 0) {
         x["ggml_ms"] = r.ggml_ms;
@@ -837,10 +883,13 @@ const Registrar reg{{"bench", "Benchmark sdpa against the measured FMA peak, DRA
                        sub.add_flag("--backward", a->backward,
                                     "time the backward pass (dQ, dK, dV) against PyTorch's CPU backward");
                        sub.add_option("--python", a->python,
-                                      "the Python whose torch is the peer: of the prefill rows (f32, f16, bf16) when "
-                                      "given; of --backward always (default: $SDPA_PEER_PYTHON, .venv/bin/python3, "
-                                      "python3)")
+                                      "the Python whose torch is the peer (f32, f16, bf16 rows) when given, and of "
+                                      "--backward always; with --peers, whose torch and onnxruntime (default: "
+                                      "$SDPA_PEER_PYTHON, .venv/bin/python3, python3)")
                            ->type_name("PATH");
+                       sub.add_flag("--peers", a->peers,
+                                    "time PyTorch's SDPA and onnxruntime's Attention-23 beside sdpa (prefill and "
+                                    "decode rows), each skipped with a message when not importable");
                        sub.add_option("--ggml", a->ggml,
                                       "the ggml_flash_attn program (built with -DSDPA_GGML_DIR): ggml's "
                                       "flash_attn_ext as the peer of the decode rows")
