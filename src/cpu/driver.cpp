@@ -67,6 +67,19 @@ namespace {
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 std::int64_t round_up(std::int64_t a, std::int64_t b) { return ceil_div(a, b) * b; }
 
+// Whether a[0, n) holds no Inf or NaN: an exponent test OR-ed over the row,
+// without an early exit, so the compiler vectorises it (every row of every
+// block takes it).
+bool all_finite(const float* a, std::int64_t n) {
+  std::uint32_t bad = 0;
+  for (std::int64_t c = 0; c < n; ++c) {
+    std::uint32_t u;
+    std::memcpy(&u, a + c, sizeof u);
+    bad |= static_cast<std::uint32_t>((u & 0x7f800000u) == 0x7f800000u);
+  }
+  return bad == 0;
+}
+
 // Below this many (b, hk, block) items, keys are split into chunks so that
 // about kMinItems items exist. A constant, not the thread count: determinism.
 constexpr std::int64_t kMinItems = 64;
@@ -737,8 +750,7 @@ class Runner : TileOps {
     bool any_exact = false;
     for (int rr = 0; rr < bl.nr; ++rr) {
       const float* a = acc + rr * dv_pad;
-      bool finite = std::isfinite(m[rr]) && std::isfinite(l[rr]);
-      for (std::int64_t c = 0; c < p_.dv && finite; ++c) finite = std::isfinite(a[c]);
+      const bool finite = std::isfinite(m[rr]) && std::isfinite(l[rr]) && all_finite(a, p_.dv);
       const bool empty = m[rr] == kNegInf && !sees_key(bl, rr, kb, ke);
       if (finite || empty) {
         auto acc_f = [&](std::int64_t c) { return static_cast<double>(a[c]); };
