@@ -85,26 +85,35 @@ def _torch_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enabl
         )
     if query.device.type != "cpu" or key.device.type != "cpu" or value.device.type != "cpu":
         raise Error(f"query: expected tensors on the CPU, got {query.device}")
-    plan = plan_sdpa(tuple(query.shape), tuple(key.shape), tuple(value.shape), enable_gqa)
-    L, S = query.shape[-2], key.shape[-2]
-    q = _torch_4d(query, plan, plan.heads)
-    k = _torch_4d(key, plan, plan.kv_heads)
-    v = _torch_4d(value, plan, plan.kv_heads)
-    mask = None
-    if attn_mask is not None:
-        if not _is_torch(attn_mask):
-            attn_mask = torch.as_tensor(attn_mask)
-        check_mask_shape(tuple(attn_mask.shape), plan, L, S)
-        mask = _torch_mask_4d(attn_mask, plan, L, S)
+    qs, ks, vs = query.shape, key.shape, value.shape
+    if attn_mask is not None and not _is_torch(attn_mask):
+        attn_mask = torch.as_tensor(attn_mask)
+    if (len(qs) == 4 and len(ks) == 4 and len(vs) == 4 and qs[0] == ks[0] == vs[0] and ks[1] == vs[1]
+            and (ks[1] == qs[1] or ks[1] == 1 or (enable_gqa and ks[1] and qs[1] % ks[1] == 0))
+            and qs[3] == ks[3] and ks[2] == vs[2] and (attn_mask is None or attn_mask.dim() <= 4)):
+        # [B, H, N, E] as the library takes it (the common case): nothing to plan.
+        q, k, v, mask, out_shape = query, key, value, attn_mask, None
+        if mask is not None:
+            check_mask_shape(tuple(mask.shape), Plan((qs[0],), qs[1], ks[1], ()), qs[2], ks[2])
+    else:
+        plan = plan_sdpa(tuple(qs), tuple(ks), tuple(vs), enable_gqa)
+        L, S = qs[-2], ks[-2]
+        q = _torch_4d(query, plan, plan.heads)
+        k = _torch_4d(key, plan, plan.kv_heads)
+        v = _torch_4d(value, plan, plan.kv_heads)
+        mask, out_shape = None, plan.out_shape
+        if attn_mask is not None:
+            check_mask_shape(tuple(attn_mask.shape), plan, L, S)
+            mask = _torch_mask_4d(attn_mask, plan, L, S)
     q, scale = _signed_scale(q, scale)
     # dropout_p = 1 drops every key: zeros, still connected to the inputs.
     p = 0.0 if dropout_p == 1.0 else float(dropout_p)
     seed = ops.new_seed() if p > 0.0 else None
-    out, _, _ = ops.attention_op(q, k, v, mask, None, None, seed, "bhsd", scale, bool(is_causal), True, -1, -1, 0.0,
-                                 p, False)
+    out, _, _ = ops.call(ops.attention_op, ops._attention_op_impl, (q, k, v, mask), q, k, v, mask, None, None, seed,
+                         "bhsd", scale, bool(is_causal), True, -1, -1, 0.0, p, False)
     if dropout_p == 1.0:
         out = out * 0.0
-    return out.reshape(plan.out_shape)
+    return out if out_shape is None else out.reshape(out_shape)
 
 
 # --- NumPy ------------------------------------------------------------------

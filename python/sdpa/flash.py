@@ -74,7 +74,8 @@ def flash_attn_func(
         raise Error(f"dropout_p: expected a number in [0, 1), got {dropout_p}")
     left, right = _window(window_size)
     seed = ops.new_seed() if dropout_p > 0.0 else None
-    out, lse, probs = ops.attention_op(
+    out, lse, probs = ops.call(
+        ops.attention_op, ops._attention_op_impl, (q, k, v, alibi_slopes, sinks),
         q, k, v, None, alibi_slopes, sinks, seed, "bshd",
         None if softmax_scale is None else float(softmax_scale),
         bool(causal), False, left, right, float(softcap), float(dropout_p), bool(return_attn_probs),
@@ -117,7 +118,8 @@ def flash_attn_varlen_func(
         raise Error(f"dropout_p: expected a number in [0, 1), got {dropout_p}")
     left, right = _window(window_size)
     seed = ops.new_seed() if dropout_p > 0.0 else None
-    out, lse = ops.varlen_op(
+    out, lse = ops.call(
+        ops.varlen_op, ops._varlen_op_impl, (q, k, v, alibi_slopes, sinks),
         q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), alibi_slopes, sinks, seed,
         None if softmax_scale is None else float(softmax_scale), bool(causal), left, right, float(softcap),
         float(dropout_p),
@@ -179,7 +181,8 @@ def flash_attn_with_kvcache(
     elif isinstance(cache_seqlens, int):
         cache_seqlens = torch.full((B,), cache_seqlens, dtype=torch.int32)
     left, right = _window(window_size)
-    out, lse = ops.kvcache_op(
+    out, lse = ops.call(
+        ops.kvcache_op, ops._kvcache_op_impl, (q, k_cache, v_cache, k, v),
         q, k_cache, v_cache, cache_seqlens, k, v, block_table, alibi_slopes, sinks, k_scales, v_scales,
         None if softmax_scale is None else float(softmax_scale), bool(causal), left, right, float(softcap),
     )
