@@ -95,6 +95,8 @@ constexpr int kDecodeTileKeys = 256;
 // The most working memory one thread may use (qs, Kt, S, acc, V tile): 256 MiB,
 // about 900 times what d = dv = 128 needs.
 constexpr std::size_t kMaxWorkspaceBytes = std::size_t{256} << 20;
+// The most per-head state an all-heads decode item may hold (Plan::all_heads).
+constexpr std::int64_t kMaxHeadStateBytes = std::int64_t{16} << 20;
 
 struct Plan {
   int br = 0, bc = 0;
@@ -104,6 +106,11 @@ struct Plan {
   std::int64_t chunk = 0;   // keys per chunk (a multiple of bc)
   std::int64_t dv_pad = 0;  // dv rounded up to the vector width
   bool pack_v = false;
+  // Paged decode (blocks of a few rows): one work item covers every K/V head
+  // of a batch entry, tile by tile, so the rows of all heads at the same keys,
+  // Hkv·d floats apart within a page, are read together rather than 512-byte
+  // pieces of every 4 KiB by one head at a time.
+  bool all_heads = false;
   std::int64_t items() const { return blocks * splits; }
 };
 
@@ -123,6 +130,11 @@ Plan make_plan(const Params& p, const KernelSet& ks, std::int64_t nb, std::int64
   pl.dv_pad = round_up(p.dv, ks.w);
   pl.pack_v = p.dv % ks.w != 0;  // otherwise V rows are read in place
   pl.chunk = round_up(std::max<std::int64_t>(n_kv, 1), pl.bc);
+  // The per-head state of an all-heads item (Q rows, acc, m, l, alpha) must fit.
+  const std::int64_t head_state = p.h_kv * (pl.rows * (p.d + pl.dv_pad) + 3 * 16);
+  pl.all_heads = p.paged() && pl.rows <= kDirectRows && p.h_kv > 1 && head_state * 4 <= kMaxHeadStateBytes;
+  // The key chunks do not depend on all_heads, so a paged cache gives the
+  // results of a contiguous one bit for bit.
   const std::int64_t base = nb * p.h_kv * pl.blocks;
   if (!p.probs.data && !p.scores.data && base < kMinItems && n_kv >= 2 * kMinChunkKeys) {
     const std::int64_t want = std::min(ceil_div(kMinItems, base), n_kv / kMinChunkKeys);
@@ -218,7 +230,7 @@ class Runner : TileOps {
         g.partials.resize(static_cast<std::size_t>(nb * p.h_kv * g.pl.items() * g.pl.br * part_stride()));
         merges += nb * p.h_kv * g.pl.blocks;
       }
-      items += nb * p.h_kv * g.pl.items();
+      items += nb * (g.pl.all_heads ? 1 : p.h_kv) * g.pl.items();
       groups_.push_back(std::move(g));
     };
     if (p.packed()) {
@@ -238,12 +250,15 @@ class Runner : TileOps {
     idx -= g.item0;
     // Heaviest blocks first (with causal, later queries see more keys), so the
     // shared counter hands out the long items before the short ones.
-    const std::int64_t per_block = g.nb * p_.h_kv * g.pl.splits;
+    const std::int64_t per_block = g.nb * (g.pl.all_heads ? 1 : p_.h_kv) * g.pl.splits;
     const std::int64_t blk = g.pl.blocks - 1 - idx / per_block;
     std::int64_t rest = idx % per_block;
     const std::int64_t split = rest % g.pl.splits;
     rest /= g.pl.splits;
-    attend(block(g, rest, blk), split);
+    if (g.pl.all_heads)
+      attend_heads(g, rest, blk, split);
+    else
+      attend(block(g, rest, blk), split);
   }
 
   void merge(std::int64_t idx) {
@@ -660,6 +675,139 @@ class Runner : TileOps {
       }
   }
 
+  // A block whose rows see no key of this chunk: empty rows (or partials).
+  void finish_empty(const Block& bl, std::int64_t split) {
+    for (int rr = 0; rr < bl.nr; ++rr) {
+      const double none = -std::numeric_limits<double>::infinity();
+      if (bl.g->pl.splits > 1) {
+        write_partial(partial(bl, split, rr), none, 0.0, false, [](std::int64_t) { return 0.0; });
+      } else {
+        finish_row(bl, rr, none, 0.0, false, [](std::int64_t) { return 0.0; });
+      }
+    }
+  }
+
+  // Writes a block's rows (or its split's partials) from m, l and acc over
+  // keys [kb, ke). A row whose float32 result is not finite (an overflow from
+  // finite inputs, or Inf/NaN in its data) is recomputed in float64; a row
+  // that ends with m = -inf is empty only if it sees no key. Returns whether
+  // any row was recomputed (exact_rows says which, with their m and l).
+  bool finish_rows(const Block& bl, std::int64_t split, std::int64_t kb, std::int64_t ke, const float* m,
+                   const float* l, const float* acc, std::int64_t dv_pad, std::vector<ExactRow>& exact_rows) {
+    thread_local std::vector<double> exact;
+    exact_rows.assign(static_cast<std::size_t>(bl.nr), ExactRow{0.0, 0.0, false});
+    bool any_exact = false;
+    for (int rr = 0; rr < bl.nr; ++rr) {
+      const float* a = acc + rr * dv_pad;
+      const bool finite = std::isfinite(m[rr]) && std::isfinite(l[rr]) && all_finite(a, p_.dv);
+      const bool empty = m[rr] == kNegInf && !sees_key(bl, rr, kb, ke);
+      if (finite || empty) {
+        auto acc_f = [&](std::int64_t c) { return static_cast<double>(a[c]); };
+        if (bl.g->pl.splits > 1)
+          write_partial(partial(bl, split, rr), m[rr], l[rr], !empty, acc_f);
+        else
+          finish_row(bl, rr, m[rr], l[rr], !empty, acc_f);
+        continue;
+      }
+      const ExactRow x = exact_row(bl, rr, kb, ke, exact);
+      exact_rows[rr] = {x.m, x.l, true};
+      any_exact = true;
+      auto acc_d = [&](std::int64_t c) { return exact[c]; };
+      if (bl.g->pl.splits > 1)
+        write_partial(partial(bl, split, rr), x.m, x.l, x.seen, acc_d);
+      else
+        finish_row(bl, rr, x.m, x.l, x.seen, acc_d);
+    }
+    return any_exact;
+  }
+
+  // Qs: a block's query rows with the scale folded in. Folding scale into Q
+  // (not into S) keeps scale*q·k finite whenever it is representable, even
+  // when q·k alone is not (q·k = 1e39, scale = 1/8).
+  void load_scaled_q(const Block& bl, float* qs) const {
+    const int d = static_cast<int>(p_.d);
+    const float scale = static_cast<float>(p_.scale);
+    for (int rr = 0; rr < bl.nr; ++rr) {
+      float* row = qs + rr * d;
+      load_row(p_.q, bl.b, head(bl, rr), p_.q_row(bl.b, query(bl, rr)), d, row);
+      for (int c = 0; c < d; ++c) row[c] *= scale;
+    }
+  }
+
+  // Plan::all_heads: the decode blocks of every K/V head of batch entry
+  // b0 + bi (rows [blk*br, ...), key chunk `split`), advanced tile by tile
+  // in step, each head with its own Q rows, m, l and acc, the scratch (S, the
+  // V tile) shared. Per head, the same kernels in the same order as attend(),
+  // so the results are those of attend() on that head.
+  void attend_heads(Group& g, std::int64_t bi, std::int64_t blk, std::int64_t split) {
+    const std::int64_t hkv = p_.h_kv;
+    thread_local std::vector<Block> blocks;
+    blocks.clear();
+    for (std::int64_t hk = 0; hk < hkv; ++hk) blocks.push_back(block(g, bi * hkv + hk, blk));
+    const Block& first = blocks[0];
+    const int d = static_cast<int>(p_.d), bc = g.pl.bc, nr = first.nr;
+    const std::int64_t dv_pad = g.pl.dv_pad;
+    const BlockRange range = block_range(first);  // positions and lengths: the same for every head
+    const std::int64_t kb = std::max(split * g.pl.chunk, range.lo);
+    const std::int64_t ke = std::min({p_.nkv(first.b), (split + 1) * g.pl.chunk, range.hi});
+    if (kb >= ke) {
+      for (const Block& bl : blocks) finish_empty(bl, split);
+      return;
+    }
+
+    // Workspace (floats): s[nr*bc] vp[bc*dv_pad] 2 int[nr], then per head
+    // qs[nr*d] acc[nr*dv_pad] m, l, alpha[nr].
+    auto r16 = [](std::int64_t x) { return (x + 15) / 16 * 16; };
+    const std::int64_t per_head = r16(nr * d) + r16(nr * dv_pad) + 3 * r16(nr);
+    const std::int64_t shared = r16(std::int64_t{nr} * bc) + r16(bc * dv_pad) + 2 * r16(nr);
+    float* s = workspace().floats(static_cast<std::size_t>(shared + hkv * per_head));
+    if (!s) throw workspace_error(p_, "out of memory");
+    float* vp = s + r16(std::int64_t{nr} * bc);
+    int* row_begin = reinterpret_cast<int*>(vp + r16(bc * dv_pad));
+    int* row_end = row_begin + r16(nr);
+    float* state = reinterpret_cast<float*>(row_end + r16(nr));
+    auto qs_of = [&](std::int64_t hk) { return state + hk * per_head; };
+    auto acc_of = [&](std::int64_t hk) { return qs_of(hk) + r16(nr * d); };
+    auto m_of = [&](std::int64_t hk) { return acc_of(hk) + r16(nr * dv_pad); };
+    auto l_of = [&](std::int64_t hk) { return m_of(hk) + r16(nr); };
+    auto alpha_of = [&](std::int64_t hk) { return l_of(hk) + r16(nr); };
+
+    for (std::int64_t hk = 0; hk < hkv; ++hk) {
+      load_scaled_q(blocks[hk], qs_of(hk));
+      for (int rr = 0; rr < nr; ++rr) {
+        m_of(hk)[rr] = kNegInf;
+        l_of(hk)[rr] = 0.0f;
+      }
+      std::memset(acc_of(hk), 0, static_cast<std::size_t>(nr * dv_pad) * sizeof(float));
+    }
+    // One (head, tile) ahead is requested while the current one is computed:
+    // the next head's rows of the same keys, after the last head the first
+    // head's next tile (a whole tile ahead for every head would not fit in L2).
+    prefetch_tile(first, kb, std::min<std::int64_t>(bc, ke - kb));
+    for (std::int64_t t0 = kb; t0 < ke; t0 += bc) {
+      const int n = static_cast<int>(std::min<std::int64_t>(bc, ke - t0));
+      const int bc_pad = static_cast<int>(round_up(n, ks_.nr));
+      for (std::int64_t hk = 0; hk < hkv; ++hk) {
+        const Block& bl = blocks[hk];
+        const bool last = hk + 1 == hkv;
+        const Block& ahead = blocks[last ? 0 : hk + 1];
+        const std::int64_t ahead_t0 = last ? t0 + bc : t0;
+        const std::int64_t ahead_n = std::min<std::int64_t>(bc, ke - ahead_t0);
+        float *m = m_of(hk), *l = l_of(hk), *alpha = alpha_of(hk);
+        prefetch_tile(ahead, ahead_t0, ahead_n, &p_.k);
+        const bool ranged = score_tile(bl, qs_of(hk), nullptr, t0, n, bc_pad, nullptr, s, row_begin, row_end, range);
+        ks_.softmax_step(s, nr, bc_pad, m, l, alpha);
+        if (p_.dropout) drop_tile(bl, t0, n, bc_pad, s);
+        if (p_.round_p) round_p_tile(s, nr, bc_pad);
+        prefetch_tile(ahead, ahead_t0, ahead_n, &p_.v);
+        pv_tile(bl, t0, n, bc_pad, s, vp, acc_of(hk), alpha, ranged ? row_begin : nullptr, ranged ? row_end : nullptr);
+      }
+    }
+    thread_local std::vector<ExactRow> exact_rows;
+    for (std::int64_t hk = 0; hk < hkv; ++hk)
+      finish_rows(blocks[hk], split, kb, ke, m_of(hk), l_of(hk), acc_of(hk), dv_pad, exact_rows);
+  }
+
   void attend(const Block& bl, std::int64_t split) {
     const int d = static_cast<int>(p_.d), br = bl.g->pl.br, bc = bl.g->pl.bc;
     const std::int64_t dv_pad = bl.g->pl.dv_pad;
@@ -672,14 +820,7 @@ class Runner : TileOps {
     if (kb >= ke && !((p_.probs.data || p_.scores.data) && p_.nkv(bl.b) > 0)) {
       // No key to visit and no matrix to write: the rows are empty, with no
       // working memory (however large d and dv are).
-      for (int rr = 0; rr < bl.nr; ++rr) {
-        const double none = -std::numeric_limits<double>::infinity();
-        if (bl.g->pl.splits > 1) {
-          write_partial(partial(bl, split, rr), none, 0.0, false, [](std::int64_t) { return 0.0; });
-        } else {
-          finish_row(bl, rr, none, 0.0, false, [](std::int64_t) { return 0.0; });
-        }
-      }
+      finish_empty(bl, split);
       return;
     }
 
@@ -704,12 +845,7 @@ class Runner : TileOps {
     // Qs: the block's query rows with the scale folded in. Folding scale into
     // Q (not into S) keeps scale*q·k finite whenever it is representable, even
     // when q·k alone is not (q·k = 1e39, scale = 1/8).
-    const float scale = static_cast<float>(p_.scale);
-    for (int rr = 0; rr < bl.nr; ++rr) {
-      float* row = qs + rr * d;
-      load_row(p_.q, bl.b, head(bl, rr), p_.q_row(bl.b, query(bl, rr)), d, row);
-      for (int c = 0; c < d; ++c) row[c] *= scale;
-    }
+    load_scaled_q(bl, qs);
     // bf16 products take Q unscaled, as stored (the kernel scales S): the
     // products stay exact.
     const std::uint16_t* q2 = nullptr;
@@ -741,34 +877,8 @@ class Runner : TileOps {
       pv_tile(bl, t0, n, bc_pad, s, vp, acc, alpha, ranged ? row_begin : nullptr, ranged ? row_end : nullptr);
     }
 
-    // A row whose float32 result is not finite (an overflow from finite
-    // inputs, or Inf/NaN in its data) is recomputed in float64; a row that
-    // ends with m = -inf is empty only if it sees no key.
-    thread_local std::vector<double> exact;
     thread_local std::vector<ExactRow> exact_rows;  // per row; seen is false for rows kept in float32
-    exact_rows.assign(static_cast<std::size_t>(bl.nr), ExactRow{0.0, 0.0, false});
-    bool any_exact = false;
-    for (int rr = 0; rr < bl.nr; ++rr) {
-      const float* a = acc + rr * dv_pad;
-      const bool finite = std::isfinite(m[rr]) && std::isfinite(l[rr]) && all_finite(a, p_.dv);
-      const bool empty = m[rr] == kNegInf && !sees_key(bl, rr, kb, ke);
-      if (finite || empty) {
-        auto acc_f = [&](std::int64_t c) { return static_cast<double>(a[c]); };
-        if (bl.g->pl.splits > 1)
-          write_partial(partial(bl, split, rr), m[rr], l[rr], !empty, acc_f);
-        else
-          finish_row(bl, rr, m[rr], l[rr], !empty, acc_f);
-        continue;
-      }
-      const ExactRow x = exact_row(bl, rr, kb, ke, exact);
-      exact_rows[rr] = {x.m, x.l, true};
-      any_exact = true;
-      auto acc_d = [&](std::int64_t c) { return exact[c]; };
-      if (bl.g->pl.splits > 1)
-        write_partial(partial(bl, split, rr), x.m, x.l, x.seen, acc_d);
-      else
-        finish_row(bl, rr, x.m, x.l, x.seen, acc_d);
-    }
+    const bool any_exact = finish_rows(bl, split, kb, ke, m, l, acc, dv_pad, exact_rows);
     if (bl.g->pl.splits > 1) return;
     if (p_.probs.data || p_.scores.data) {
       // Rows recomputed in float64 get their matrices in float64 too; the
