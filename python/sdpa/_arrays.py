@@ -52,13 +52,6 @@ class Plan:
     kv_heads: int  # Hkv of the key/value views: 1, a divisor of H (GQA) or H
     out_shape: Shape  # the caller-facing output shape
 
-    @property
-    def b(self) -> int:
-        n = 1
-        for s in self.batch:
-            n *= s
-        return n
-
 
 def plan_sdpa(q: Shape, k: Shape, v: Shape, enable_gqa: bool) -> Plan:
     """torch's SDPA shape rules; raises Error where torch raises."""

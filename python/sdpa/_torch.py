@@ -24,17 +24,16 @@ _LIB = "sdpa"
 
 
 def _last_contiguous(t: Optional[Tensor]) -> Optional[Tensor]:
-    """The library reads rows in place; only a strided last axis is copied.
-    (detach: DLPack refuses tensors that require grad; it is a view.)"""
+    """The library reads rows in place; only a strided last axis is copied."""
     if t is None:
         return None
-    t = t.detach()
     if t.dim() > 0 and t.size(-1) > 1 and t.stride(-1) != 1:
         return t.contiguous()
     return t
 
 
 def _capsule(x):
+    # detach (a view): DLPack refuses tensors that require grad.
     if not isinstance(x, Tensor):
         return x
     return to_dlpack(x.detach() if x.requires_grad else x)
@@ -61,8 +60,8 @@ def _mask_arg(mask: Optional[Tensor], q: Tensor) -> Optional[Tensor]:
     if mask is None or mask.dtype in (torch.bool, torch.float32, torch.float16):
         return _last_contiguous(mask)
     if mask.dtype in (torch.bfloat16, torch.float64):
-        return mask.detach().to(torch.float32)
-    return mask.detach()  # the library names the dtype it refuses
+        return mask.to(torch.float32)
+    return mask  # the library names the dtype it refuses
 
 
 def _options(
@@ -217,7 +216,7 @@ def _attention_backward_op_impl(
         _bhsd(k, layout),
         _bhsd(v, layout),
         _bhsd(out, layout),
-        lse.detach(),
+        lse,
         _bhsd(d_out, layout),
         _bhsd(dq, layout),
         _bhsd(dk, layout),
@@ -296,7 +295,7 @@ def _varlen_op_impl(
     lse = torch.empty((q.shape[1], q.shape[0]), dtype=_lse_dtype(q))
     kw = _options(q, scale, causal, False, window_left, window_right, softcap, dropout_p, seed)
     _call(_sdpa.attention_varlen,
-        q, k, v, out, cu_seqlens_q.detach(), cu_seqlens_k.detach(), max_seqlen_q, max_seqlen_k,
+        q, k, v, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
         lse=lse, alibi_slopes=_last_contiguous(alibi_slopes), sinks=_last_contiguous(sinks), **kw,
     )
     return out, lse
@@ -337,7 +336,7 @@ def _varlen_backward_op_impl(
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     kw = _options(q, scale, causal, False, window_left, window_right, softcap, dropout_p, seed)
     _call(_sdpa.attention_varlen_backward,
-        q, k, v, out, lse.detach(), d_out, dq, dk, dv, cu_seqlens_q.detach(), cu_seqlens_k.detach(), max_seqlen_q, max_seqlen_k,
+        q, k, v, out, lse, d_out, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
         alibi_slopes=_last_contiguous(alibi_slopes), sinks=_last_contiguous(sinks), **kw,
     )
     return dq, dk, dv

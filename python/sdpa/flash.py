@@ -174,9 +174,10 @@ def flash_attn_with_kvcache(
                     f"{'unset' if v is None else 'set'}")
     B = q.shape[0]
     if cache_seqlens is None:
-        n = 0 if block_table is not None else k_cache.shape[1] - (0 if k is None else k.shape[1])
         if block_table is not None:
             raise Error("cache_seqlens: expected the lengths of the sequences with a block_table, got None")
+        # The whole capacity, less room for the keys appended now.
+        n = k_cache.shape[1] - (0 if k is None else k.shape[1])
         cache_seqlens = torch.full((B,), n, dtype=torch.int32)
     elif isinstance(cache_seqlens, int):
         cache_seqlens = torch.full((B,), cache_seqlens, dtype=torch.int32)

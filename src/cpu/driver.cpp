@@ -117,6 +117,8 @@ struct Plan {
   // pieces of every 4 KiB by one head at a time.
   bool all_heads = false;
   std::int64_t items() const { return blocks * splits; }
+  // Work items per batch entry and block, for each key chunk.
+  std::int64_t units(std::int64_t h_kv) const { return all_heads ? 1 : h_kv; }
 };
 
 // The plan of `nb` batch entries that share n_q queries and n_kv keys: all of
@@ -236,7 +238,7 @@ class Runner : TileOps {
         g.partials.resize(static_cast<std::size_t>(nb * p.h_kv * g.pl.items() * g.pl.br * part_stride()));
         merges += nb * p.h_kv * g.pl.blocks;
       }
-      items += nb * (g.pl.all_heads ? 1 : p.h_kv) * g.pl.items();
+      items += nb * g.pl.units(p.h_kv) * g.pl.items();
       groups_.push_back(std::move(g));
     };
     if (p.packed()) {
@@ -256,7 +258,7 @@ class Runner : TileOps {
     idx -= g.item0;
     // Heaviest blocks first (with causal, later queries see more keys), so the
     // shared counter hands out the long items before the short ones.
-    const std::int64_t per_block = g.nb * (g.pl.all_heads ? 1 : p_.h_kv) * g.pl.splits;
+    const std::int64_t per_block = g.nb * g.pl.units(p_.h_kv) * g.pl.splits;
     const std::int64_t blk = g.pl.blocks - 1 - idx / per_block;
     std::int64_t rest = idx % per_block;
     const std::int64_t split = rest % g.pl.splits;
@@ -740,6 +742,23 @@ class Runner : TileOps {
     }
   }
 
+  // One key tile [t0, t0 + n) of a block: the scores, the online softmax
+  // step, dropout and P's rounding, then P·V into acc. `ahead` (decode only)
+  // names the rows requested meanwhile, keys [ahead_t0, ahead_t0 + ahead_n)
+  // of that block: its K before the scores, its V before P·V.
+  void step_tile(const Block& bl, const float* qs, const std::uint16_t* q2, std::int64_t t0, int n, int bc_pad,
+                 float* kt, float* s, float* vp, float* acc, float* m, float* l, float* alpha, int* row_begin,
+                 int* row_end, const BlockRange& range, const Block* ahead, std::int64_t ahead_t0,
+                 std::int64_t ahead_n) {
+    if (ahead) prefetch_tile(*ahead, ahead_t0, ahead_n, &p_.k);
+    const bool ranged = score_tile(bl, qs, q2, t0, n, bc_pad, kt, s, row_begin, row_end, range);
+    ks_.softmax_step(s, bl.nr, bc_pad, m, l, alpha);
+    if (p_.dropout) drop_tile(bl, t0, n, bc_pad, s);
+    if (p_.round_p && !bf16_pv(bl.nr)) round_p_tile(s, bl.nr, bc_pad);  // pv_bf16 rounds P itself
+    if (ahead) prefetch_tile(*ahead, ahead_t0, ahead_n, &p_.v);
+    pv_tile(bl, t0, n, bc_pad, s, vp, acc, alpha, ranged ? row_begin : nullptr, ranged ? row_end : nullptr);
+  }
+
   // Plan::all_heads: the decode blocks of every K/V head of batch entry
   // b0 + bi (rows [blk*br, ...), key chunk `split`), advanced tile by tile
   // in step, each head with its own Q rows, m, l and acc, the scratch (S, the
@@ -799,14 +818,8 @@ class Runner : TileOps {
         const Block& ahead = blocks[last ? 0 : hk + 1];
         const std::int64_t ahead_t0 = last ? t0 + bc : t0;
         const std::int64_t ahead_n = std::min<std::int64_t>(bc, ke - ahead_t0);
-        float *m = m_of(hk), *l = l_of(hk), *alpha = alpha_of(hk);
-        prefetch_tile(ahead, ahead_t0, ahead_n, &p_.k);
-        const bool ranged = score_tile(bl, qs_of(hk), nullptr, t0, n, bc_pad, nullptr, s, row_begin, row_end, range);
-        ks_.softmax_step(s, nr, bc_pad, m, l, alpha);
-        if (p_.dropout) drop_tile(bl, t0, n, bc_pad, s);
-        if (p_.round_p) round_p_tile(s, nr, bc_pad);
-        prefetch_tile(ahead, ahead_t0, ahead_n, &p_.v);
-        pv_tile(bl, t0, n, bc_pad, s, vp, acc_of(hk), alpha, ranged ? row_begin : nullptr, ranged ? row_end : nullptr);
+        step_tile(bl, qs_of(hk), nullptr, t0, n, bc_pad, nullptr, s, vp, acc_of(hk), m_of(hk), l_of(hk), alpha_of(hk),
+                  row_begin, row_end, range, &ahead, ahead_t0, ahead_n);
       }
     }
     thread_local std::vector<ExactRow> exact_rows;
@@ -874,13 +887,8 @@ class Runner : TileOps {
     for (std::int64_t t0 = kb; t0 < ke; t0 += bc) {
       const int n = static_cast<int>(std::min<std::int64_t>(bc, ke - t0));
       const int bc_pad = static_cast<int>(round_up(n, ks_.nr));
-      if (bl.nr <= kDirectRows) prefetch_tile(bl, t0 + bc, std::min<std::int64_t>(bc, ke - t0 - bc), &p_.k);
-      const bool ranged = score_tile(bl, qs, q2, t0, n, bc_pad, kt, s, row_begin, row_end, range);
-      ks_.softmax_step(s, bl.nr, bc_pad, m, l, alpha);
-      if (p_.dropout) drop_tile(bl, t0, n, bc_pad, s);
-      if (p_.round_p && !bf16_pv(bl.nr)) round_p_tile(s, bl.nr, bc_pad);  // pv_bf16 rounds P itself
-      if (bl.nr <= kDirectRows) prefetch_tile(bl, t0 + bc, std::min<std::int64_t>(bc, ke - t0 - bc), &p_.v);
-      pv_tile(bl, t0, n, bc_pad, s, vp, acc, alpha, ranged ? row_begin : nullptr, ranged ? row_end : nullptr);
+      step_tile(bl, qs, q2, t0, n, bc_pad, kt, s, vp, acc, m, l, alpha, row_begin, row_end, range,
+                bl.nr <= kDirectRows ? &bl : nullptr, t0 + bc, std::min<std::int64_t>(bc, ke - t0 - bc));
     }
 
     thread_local std::vector<ExactRow> exact_rows;  // per row; seen is false for rows kept in float32
