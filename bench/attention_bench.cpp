@@ -14,6 +14,7 @@
 #include <random>
 #include <thread>
 #include <utility>
+#include <new>
 #include <vector>
 
 #include "cpu/dispatch.h"
@@ -120,10 +121,26 @@ void BM_blas_baseline(benchmark::State& st) {
 
 // ---- One tile through one kernel: rows = BR queries against n = BC keys ----
 
-std::vector<float> normal_floats(std::size_t count, unsigned seed) {
+// Kernel operands 64-byte aligned, as the driver's workspace is: a vector
+// from plain operator new is 16-byte aligned, and a 64-byte load that
+// straddles two cache lines costs two.
+template <typename T>
+struct CacheLineAllocator {
+  using value_type = T;
+  CacheLineAllocator() = default;
+  template <typename U>
+  CacheLineAllocator(const CacheLineAllocator<U>&) {}
+  T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64})); }
+  void deallocate(T* p, std::size_t) { ::operator delete(p, std::align_val_t{64}); }
+  friend bool operator==(const CacheLineAllocator&, const CacheLineAllocator&) { return true; }
+};
+template <typename T>
+using Aligned = std::vector<T, CacheLineAllocator<T>>;
+
+Aligned<float> normal_floats(std::size_t count, unsigned seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal;
-  std::vector<float> x(count);
+  Aligned<float> x(count);
   for (float& e : x) e = normal(rng);
   return x;
 }
@@ -131,8 +148,8 @@ std::vector<float> normal_floats(std::size_t count, unsigned seed) {
 int round_up(int x, int m) { return (x + m - 1) / m * m; }
 
 // float32 -> bf16 bits, to nearest even (the benchmarks' inputs only).
-std::vector<std::uint16_t> to_bf16(const std::vector<float>& x) {
-  std::vector<std::uint16_t> out(x.size());
+Aligned<std::uint16_t> to_bf16(const Aligned<float>& x) {
+  Aligned<std::uint16_t> out(x.size());
   for (std::size_t i = 0; i < x.size(); ++i) {
     std::uint32_t u;
     std::memcpy(&u, &x[i], 4);
@@ -142,7 +159,7 @@ std::vector<std::uint16_t> to_bf16(const std::vector<float>& x) {
 }
 
 template <typename T>
-std::vector<const T*> rows_of(const std::vector<T>& x, int rows, int cols) {
+std::vector<const T*> rows_of(const Aligned<T>& x, int rows, int cols) {
   std::vector<const T*> p(static_cast<std::size_t>(rows));
   for (int r = 0; r < rows; ++r) p[r] = x.data() + static_cast<std::size_t>(r) * cols;
   return p;
@@ -176,7 +193,7 @@ void BM_kernel_scores(benchmark::State& st, sdpa::Isa isa) {
   const auto q = normal_floats(static_cast<std::size_t>(t.rows) * t.d, 1),
              k = normal_floats(static_cast<std::size_t>(t.n) * t.d, 2);
   const auto kp = rows_of(k, t.n, t.d);
-  std::vector<float> kt(static_cast<std::size_t>(t.d) * t.bc_pad), s(static_cast<std::size_t>(t.rows) * t.bc_pad);
+  Aligned<float> kt(static_cast<std::size_t>(t.d) * t.bc_pad), s(static_cast<std::size_t>(t.rows) * t.bc_pad);
   t.ks.pack_kt(kp.data(), t.n, t.d, kt.data(), t.bc_pad);
   for (auto _ : st) {
     t.ks.scores(q.data(), t.rows, t.d, kt.data(), t.bc_pad, s.data());
@@ -196,8 +213,8 @@ void BM_kernel_scores_bf16(benchmark::State& st, sdpa::Isa isa) {
   const auto q = to_bf16(normal_floats(static_cast<std::size_t>(t.rows) * t.d, 1));
   const auto k = to_bf16(normal_floats(static_cast<std::size_t>(t.n) * t.d, 2));
   const auto qp = rows_of(q, t.rows, t.d), kp = rows_of(k, t.n, t.d);
-  std::vector<std::uint16_t> q2(static_cast<std::size_t>(rows_pad) * d2), kt2(static_cast<std::size_t>(d2) * t.bc_pad);
-  std::vector<float> s(static_cast<std::size_t>(rows_pad) * t.bc_pad);
+  Aligned<std::uint16_t> q2(static_cast<std::size_t>(rows_pad) * d2), kt2(static_cast<std::size_t>(d2) * t.bc_pad);
+  Aligned<float> s(static_cast<std::size_t>(rows_pad) * t.bc_pad);
   t.ks.pack_q_bf16(qp.data(), t.rows, t.d, q2.data());
   t.ks.pack_kt_bf16(kp.data(), t.n, t.d, kt2.data(), t.bc_pad);
   const float scale = static_cast<float>(1 / std::sqrt(double(t.d)));
@@ -216,7 +233,7 @@ void BM_kernel_pv(benchmark::State& st, sdpa::Isa isa) {
   measured_fma_peak(isa, 1);
   const auto v = normal_floats(static_cast<std::size_t>(t.n) * t.dv_pad, 3);
   const auto vp = rows_of(v, t.n, t.dv_pad);
-  std::vector<float> p(static_cast<std::size_t>(t.rows) * t.bc_pad, 1.0f / t.n),
+  Aligned<float> p(static_cast<std::size_t>(t.rows) * t.bc_pad, 1.0f / t.n),
       acc(static_cast<std::size_t>(t.rows) * t.dv_pad), alpha(static_cast<std::size_t>(t.rows), 1.0f);
   for (auto _ : st) {
     t.ks.pv(p.data(), t.rows, t.n, t.bc_pad, vp.data(), t.dv_pad, acc.data(), alpha.data(), nullptr, nullptr);
@@ -233,9 +250,9 @@ void BM_kernel_pv_bf16(benchmark::State& st, sdpa::Isa isa) {
   measured_fma_peak(isa, 1);
   const auto v = to_bf16(normal_floats(static_cast<std::size_t>(t.n) * t.d, 3));
   const auto vp = rows_of(v, t.n, t.d);
-  std::vector<std::uint16_t> v2(static_cast<std::size_t>(round_up(t.n, t.ks.bf16_kpad)) * t.dv_pad);
+  Aligned<std::uint16_t> v2(static_cast<std::size_t>(round_up(t.n, t.ks.bf16_kpad)) * t.dv_pad);
   t.ks.pack_v_bf16(vp.data(), t.n, t.d, v2.data(), t.dv_pad);
-  std::vector<float> p(static_cast<std::size_t>(t.rows) * t.bc_pad, 1.0f / t.n),
+  Aligned<float> p(static_cast<std::size_t>(t.rows) * t.bc_pad, 1.0f / t.n),
       acc(static_cast<std::size_t>(t.rows) * t.dv_pad), alpha(static_cast<std::size_t>(t.rows), 1.0f);
   for (auto _ : st) {
     t.ks.pv_bf16(p.data(), t.rows, t.n, t.bc_pad, v2.data(), t.dv_pad, acc.data(), alpha.data());

@@ -42,6 +42,7 @@
 #include "cpu/driver.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -102,6 +103,9 @@ constexpr int kDecodeTileKeys = 256;
 constexpr std::size_t kMaxWorkspaceBytes = std::size_t{256} << 20;
 // The most per-head state an all-heads decode item may hold (Plan::all_heads).
 constexpr std::int64_t kMaxHeadStateBytes = std::int64_t{16} << 20;
+// The packed-key cache of a call (KtCache) is used while it needs at most
+// this much memory; past it every block packs its own tiles.
+constexpr std::int64_t kMaxKtCacheBytes = std::int64_t{64} << 20;
 
 struct Plan {
   int br = 0, bc = 0;
@@ -154,11 +158,59 @@ Plan make_plan(const Params& p, const KernelSet& ks, std::int64_t nb, std::int64
 
 // Batch entries [b0, b0 + nb) under one plan; their work items are
 // [item0, item0 + nb*Hkv*items) of the call, their merges [merge0, ...).
+// Prefill blocks of one (b, hk) all read the same key tiles, each packed
+// (transposed, K converted to float32) before its scores: without sharing,
+// every tile is packed once per block, ~N/BR times, which measured 8% of a
+// tile's time at d = 128. The cache holds each tile's packed form once per
+// call: the first block to reach a tile packs it into its slot (state 0 ->
+// 1 -> 2); a block that finds the slot being packed packs its own copy, so
+// no thread waits. Packing is a copy, so results do not depend on who packs.
+class KtCache {
+ public:
+  KtCache() = default;
+  KtCache(std::int64_t heads, std::int64_t tiles, std::int64_t tile_floats)
+      : tiles_(tiles), tile_floats_(tile_floats) {
+    const std::int64_t n = heads * tiles;
+    mem_.reset(static_cast<float*>(std::aligned_alloc(64, static_cast<std::size_t>(n * tile_floats) * 4)));
+    if (!mem_) return;  // then every block packs its own tiles
+    state_.reset(new std::atomic<std::uint8_t>[static_cast<std::size_t>(n)]);
+    for (std::int64_t i = 0; i < n; ++i) state_[i].store(0, std::memory_order_relaxed);
+  }
+  bool enabled() const { return mem_ != nullptr; }
+
+  // The packed tile t of head slot `head` if it is ready, or after packing
+  // it with `pack(dst)` when no one else is; nullptr when another thread is
+  // packing it now.
+  template <class Pack>
+  const float* tile(std::int64_t head, std::int64_t t, Pack pack) {
+    const std::int64_t i = head * tiles_ + t;
+    float* slot = mem_.get() + i * tile_floats_;
+    std::uint8_t st = state_[i].load(std::memory_order_acquire);
+    if (st == kReady) return slot;
+    if (st == kEmpty && state_[i].compare_exchange_strong(st, kPacking, std::memory_order_acq_rel)) {
+      pack(slot);
+      state_[i].store(kReady, std::memory_order_release);
+      return slot;
+    }
+    return nullptr;
+  }
+
+ private:
+  static constexpr std::uint8_t kEmpty = 0, kPacking = 1, kReady = 2;
+  struct Free {
+    void operator()(float* f) const { std::free(f); }
+  };
+  std::unique_ptr<float, Free> mem_;
+  std::unique_ptr<std::atomic<std::uint8_t>[]> state_;
+  std::int64_t tiles_ = 0, tile_floats_ = 0;
+};
+
 struct Group {
   std::int64_t b0, nb;
   Plan pl;
   std::int64_t item0, merge0;
   std::vector<float> partials;  // split-KV partials (m, l, acc[dv]) per row, per chunk
+  KtCache kt;                   // prefill: packed key tiles shared by the blocks
 };
 
 // The working memory one attend() needs (floats): qs[br*d] kt[d*bc] s[br*bc]
@@ -233,7 +285,14 @@ class Runner : TileOps {
   Runner(const Params& p, const KernelSet& ks) : TileOps(p, ks) {
     std::int64_t items = 0, merges = 0;
     auto add = [&](std::int64_t b0, std::int64_t nb, std::int64_t n_q, std::int64_t n_kv) {
-      Group g{b0, nb, make_plan(p, ks, nb, n_q, n_kv), items, merges, {}};
+      Group g{b0, nb, make_plan(p, ks, nb, n_q, n_kv), items, merges, {}, {}};
+      // Worth it when several prefill blocks read each tile (and not for
+      // bf16 products, which pack their own bf16 tiles).
+      const bool bf16_products = ks.bf16_fast && ks.scores_bf16 && p.q.dtype == DType::bf16 && p.k.dtype == DType::bf16;
+      const std::int64_t tiles = ceil_div(n_kv, g.pl.bc), heads = nb * p.h_kv;
+      if (g.pl.rows > kDirectRows && g.pl.blocks >= 2 && !bf16_products && n_kv > 0 &&
+          heads * tiles * p.d * g.pl.bc * 4 <= kMaxKtCacheBytes)
+        g.kt = KtCache(heads, tiles, p.d * g.pl.bc);
       if (g.pl.splits > 1) {
         g.partials.resize(static_cast<std::size_t>(nb * p.h_kv * g.pl.items() * g.pl.br * part_stride()));
         merges += nb * p.h_kv * g.pl.blocks;
@@ -570,13 +629,27 @@ class Runner : TileOps {
       return finish_scores(bl, t0, n, bc_pad, s, row_begin, row_end, br, stage);
     }
     const float** k = tile_rows();
-    kv_rows(p_.k, bl, t0, n, k);
+    const int d = static_cast<int>(p_.d);
     if (bl.nr <= kDirectRows) {
-      ks_.scores_direct(qs, bl.nr, static_cast<int>(p_.d), k, n, s, bc_pad);
-    } else {
-      ks_.pack_kt(k, n, static_cast<int>(p_.d), kt, bc_pad);
-      ks_.scores(qs, bl.nr, static_cast<int>(p_.d), kt, bc_pad, s);
+      kv_rows(p_.k, bl, t0, n, k);
+      ks_.scores_direct(qs, bl.nr, d, k, n, s, bc_pad);
+      return finish_scores(bl, t0, n, bc_pad, s, row_begin, row_end, br, stage);
     }
+    auto pack = [&](float* dst) {
+      kv_rows(p_.k, bl, t0, n, k);
+      ks_.pack_kt(k, n, d, dst, bc_pad);
+    };
+    const float* packed = nullptr;
+    Group& g = *bl.g;
+    // The cache holds whole tiles from multiples of BC (a window or chunk
+    // that starts elsewhere, or a tile cut short, packs its own).
+    if (g.kt.enabled() && t0 % g.pl.bc == 0 && n == std::min<std::int64_t>(g.pl.bc, p_.nkv(bl.b) - t0))
+      packed = g.kt.tile((bl.b - g.b0) * p_.h_kv + bl.hk, t0 / g.pl.bc, pack);
+    if (!packed) {
+      pack(kt);
+      packed = kt;
+    }
+    ks_.scores(qs, bl.nr, d, packed, bc_pad, s);
     return finish_scores(bl, t0, n, bc_pad, s, row_begin, row_end, br, stage);
   }
 

@@ -208,35 +208,55 @@ static inline float exp_diff_scalar(float x) {
   return buf[0];
 }
 
+// Rows are taken kSoftmaxRows at a time, each pass over all of them before
+// the next: the row maxima, then exp and the row sums, then alpha and l for
+// the group in whole vectors. Each row's work is a short dependent chain
+// (a reduction, a scalar exp); one pass over many rows keeps the chains of
+// different rows in flight together.
+inline constexpr int kSoftmaxRows = 16;
+
 static void softmax_step(float* s, int rows, int bc_pad, float* m, float* l, float* alpha) {
   const float kNegInf = -__builtin_inff();
-  for (int r = 0; r < rows; ++r) {
-    float* row = s + static_cast<std::int64_t>(r) * bc_pad;
-    Vec mx = vset(kNegInf);
-    for (int j = 0; j < bc_pad; j += W) mx = vmax(mx, vload(row + j));
-    const float m_old = m[r];
-    const float m_tile = hmax(mx);
-    float m_new = m_old != m_old ? m_old : (m_tile > m_old ? m_tile : m_old);
-    if (m_new == kNegInf) {
-      // Nothing finite seen: either the row is still empty or the max skipped a
-      // NaN. A NaN must reach the output, so make it the row's max.
-      for (int j = 0; j < bc_pad; ++j)
-        if (row[j] != row[j]) m_new = row[j];
+  for (int r0 = 0; r0 < rows; r0 += kSoftmaxRows) {
+    const int g = min_int(kSoftmaxRows, rows - r0);
+    float mu[kSoftmaxRows], m_new[kSoftmaxRows], sums[kSoftmaxRows], arg[kSoftmaxRows + W];
+    for (int r = 0; r < g; ++r) {
+      const float* row = s + static_cast<std::int64_t>(r0 + r) * bc_pad;
+      Vec mx = vset(kNegInf);
+      for (int j = 0; j < bc_pad; j += W) mx = vmax(mx, vload(row + j));
+      const float m_old = m[r0 + r];
+      const float m_tile = hmax(mx);
+      float mn = m_old != m_old ? m_old : (m_tile > m_old ? m_tile : m_old);
+      if (mn == kNegInf) {
+        // Nothing finite seen: either the row is still empty or the max skipped a
+        // NaN. A NaN must reach the output, so make it the row's max.
+        for (int j = 0; j < bc_pad; ++j)
+          if (row[j] != row[j]) mn = row[j];
+      }
+      m_new[r] = mn;
+      // Rows still empty use 0 as the offset: every entry is -inf and exp gives 0.
+      mu[r] = mn == kNegInf ? 0.0f : mn;
     }
-    // Rows still empty use 0 as the offset: every entry is -inf and exp gives 0.
-    const float mu = m_new == kNegInf ? 0.0f : m_new;
-    const Vec vmu = vset(mu);
-    Vec sum = vzero();
-    for (int j = 0; j < bc_pad; j += W) {
-      // exp(s - m): s - m <= 0 cannot overflow, unlike s*log2(e) near FLT_MAX.
-      const Vec p = vexp_diff(vsub(vload(row + j), vmu));
-      vstore(row + j, p);
-      sum = vadd(sum, p);
+    for (int r = 0; r < g; ++r) {
+      float* row = s + static_cast<std::int64_t>(r0 + r) * bc_pad;
+      const Vec vmu = vset(mu[r]);
+      Vec sum = vzero();
+      for (int j = 0; j < bc_pad; j += W) {
+        // exp(s - m): s - m <= 0 cannot overflow, unlike s*log2(e) near FLT_MAX.
+        const Vec p = vexp_diff(vsub(vload(row + j), vmu));
+        vstore(row + j, p);
+        sum = vadd(sum, p);
+      }
+      sums[r] = hsum(sum);
     }
-    const float a = exp_diff_scalar(m_old - mu);
-    alpha[r] = a;
-    l[r] = l[r] * a + hsum(sum);
-    m[r] = m_new;
+    for (int r = 0; r < g; ++r) arg[r] = m[r0 + r] - mu[r];
+    for (int r = g; r < kSoftmaxRows + W; ++r) arg[r] = 0.0f;
+    for (int r = 0; r < g; r += W) vstore(arg + r, vexp_diff(vload(arg + r)));
+    for (int r = 0; r < g; ++r) {
+      alpha[r0 + r] = arg[r];
+      l[r0 + r] = l[r0 + r] * arg[r] + sums[r];
+      m[r0 + r] = m_new[r];
+    }
   }
 }
 

@@ -55,12 +55,14 @@ static inline float hsum(Vec a) { return _mm512_reduce_add_ps(a.v); }
 
 // 2^t for t <= 0 (and NaN), as vec_scalar.h's vexp2, lane by lane.
 // With `lo`: 2^(t + lo), lo added to the reduced argument (see vec_scalar.h).
+// The same polynomial as vec_scalar.h; 2^n is applied by VSCALEFPS, which
+// takes n as a float, so no integer conversion or clamp of t is needed: a
+// lane with t < -126 (-inf included, whose reduced argument is NaN) is set
+// to 0 by the final mask, as vec_scalar.h does. Results are the same bits.
 static inline Vec vexp2(Vec t, Vec lo) {
   namespace c = exp2_coeffs;
-  // max(lo, t) returns t when t is NaN, so NaN survives the clamp.
-  const __m512 tc = _mm512_max_ps(_mm512_set1_ps(c::min_exponent - 1.0f), t.v);
-  const __m512 n = _mm512_roundscale_ps(tc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 f = _mm512_add_ps(_mm512_sub_ps(tc, n), lo.v);
+  const __m512 n = _mm512_roundscale_ps(t.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_add_ps(_mm512_sub_ps(t.v, n), lo.v);
   __m512 p = _mm512_set1_ps(c::c5);
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c::c4));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c::c3));
@@ -68,8 +70,7 @@ static inline Vec vexp2(Vec t, Vec lo) {
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c::c1));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c::c0));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-  const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-  const __m512 r = _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+  const __m512 r = _mm512_scalef_ps(p, n);
   // t < -126 (including -inf) -> 0; the comparison is false for NaN, which stays NaN.
   const __mmask16 tiny = _mm512_cmp_ps_mask(t.v, _mm512_set1_ps(c::min_exponent), _CMP_LT_OQ);
   return {_mm512_maskz_mov_ps(static_cast<__mmask16>(~tiny), r)};
