@@ -156,13 +156,14 @@ struct Table {
   KernelSet sets[kKernelSets];
   int count = 0;
   Table() {
-#define SDPA_KERNEL(isa_, name_, ns, w_, mr, nv_, br_, bc_) \
+#define SDPA_KERNEL(isa_, name_, ns, w_, mr_, nv_, br_, bc_) \
   {                                                        \
     KernelSet& ks = sets[count++];                         \
     ks = KernelSet{};                                      \
     ks.isa = isa_;                                         \
     ks.name = #name_;                                      \
     ks.w = w_;                                             \
+    ks.mr = mr_;                                           \
     ks.nr = (nv_) * (w_);                                  \
     ks.br = br_;                                           \
     ks.bc = bc_;                                           \

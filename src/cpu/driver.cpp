@@ -745,6 +745,31 @@ class Runner : TileOps {
     } else {
       for (int j = 0; j < n; ++j) v[j] = v_src[j];
     }
+    if (row_end && bl.nr > kDirectRows && (sanitize || tile_finite(v, n))) {
+      // Rows that see different keys (a causal diagonal, a window's edge):
+      // with V finite, a masked key adds exactly 0 (its P is 0), so each
+      // microkernel strip of MR rows runs over the union of its rows' keys,
+      // rather than the keys all of them see plus one-row strips for the
+      // rest (a fraction of the FMA rate). The sums are the same: the same
+      // keys in the same order, plus zeros.
+      thread_local int wide_begin[kMaxBlockRows], wide_end[kMaxBlockRows];
+      for (int r0 = 0; r0 < bl.nr; r0 += ks_.mr) {
+        const int r1 = std::min(bl.nr, r0 + ks_.mr);
+        int b = n, e = 0;  // rows that see none of these keys add nothing
+        for (int rr = r0; rr < r1; ++rr)
+          if (row_begin[rr] < row_end[rr]) {
+            b = std::min(b, row_begin[rr]);
+            e = std::max(e, row_end[rr]);
+          }
+        if (b > e) b = e = 0;
+        for (int rr = r0; rr < r1; ++rr) {
+          wide_begin[rr] = b;
+          wide_end[rr] = e;
+        }
+      }
+      row_begin = wide_begin;
+      row_end = wide_end;
+    }
     ks_.pv(s, bl.nr, n, bc_pad, v, static_cast<int>(dv_pad), acc, alpha, row_begin, row_end);
     if (!sanitize) return;
     for (int j = 0; j < n; ++j)
@@ -754,6 +779,13 @@ class Runner : TileOps {
         for (int rr = 0; rr < bl.nr; ++rr)
           if (visible(bl, rr, t0 + j)) acc[rr * dv_pad + c] += s[static_cast<std::int64_t>(rr) * bc_pad + j] * x;
       }
+  }
+
+  // Whether rows v[0, n) of a V tile hold only finite values (dv of each).
+  bool tile_finite(const float* const* v, int n) const {
+    for (int j = 0; j < n; ++j)
+      if (!all_finite(v[j], p_.dv)) return false;
+    return true;
   }
 
   // A block whose rows see no key of this chunk: empty rows (or partials).

@@ -31,6 +31,7 @@ struct KernelSet {
   const char* name;  // kernels.def's name, e.g. "attn_f32_6x16_avx2"
   // Sizes, all from kernels.def (see KernelTile in kernels.h).
   int w;   // float lanes per vector: V rows are padded to a multiple of it
+  int mr;  // microkernel rows: pv() and scores() take a block's rows in strips of mr
   int nr;  // microkernel columns: a score tile's keys are padded to a multiple of it
   int br;  // query rows per block
   int bc;  // keys per tile
