@@ -49,6 +49,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <string>
 #include <vector>
@@ -171,10 +172,15 @@ class KtCache {
   KtCache(std::int64_t heads, std::int64_t tiles, std::int64_t tile_floats)
       : tiles_(tiles), tile_floats_(tile_floats) {
     const std::int64_t n = heads * tiles;
-    mem_.reset(static_cast<float*>(std::aligned_alloc(64, static_cast<std::size_t>(n * tile_floats) * 4)));
+    mem_ = take(static_cast<std::size_t>(n * tile_floats), &floats_);
     if (!mem_) return;  // then every block packs its own tiles
     state_.reset(new std::atomic<std::uint8_t>[static_cast<std::size_t>(n)]);
     for (std::int64_t i = 0; i < n; ++i) state_[i].store(0, std::memory_order_relaxed);
+  }
+  KtCache(KtCache&&) = default;
+  KtCache& operator=(KtCache&&) = default;
+  ~KtCache() {
+    if (mem_) give_back(std::move(mem_), floats_);
   }
   bool enabled() const { return mem_ != nullptr; }
 
@@ -200,7 +206,42 @@ class KtCache {
   struct Free {
     void operator()(float* f) const { std::free(f); }
   };
-  std::unique_ptr<float, Free> mem_;
+  using Memory = std::unique_ptr<float, Free>;
+
+  // The memory outlives the call: the last (largest) buffer is kept for the
+  // next call, whose pages are then already mapped (a fresh 8 MiB costs 2048
+  // page faults). At most kMaxKtCacheBytes stay held; concurrent calls
+  // allocate their own.
+  struct Spare {
+    std::mutex mu;
+    Memory mem;
+    std::size_t floats = 0;
+  };
+  static Spare& spare() {
+    static Spare s;
+    return s;
+  }
+  static Memory take(std::size_t n, std::size_t* got) {
+    {
+      std::lock_guard<std::mutex> lock(spare().mu);
+      if (spare().mem && spare().floats >= n) {
+        *got = spare().floats;
+        return std::move(spare().mem);
+      }
+    }
+    *got = n;
+    return Memory(static_cast<float*>(std::aligned_alloc(64, (n * 4 + 63) / 64 * 64)));
+  }
+  static void give_back(Memory m, std::size_t n) {
+    std::lock_guard<std::mutex> lock(spare().mu);
+    if (!spare().mem || spare().floats < n) {
+      spare().mem = std::move(m);
+      spare().floats = n;
+    }
+  }
+
+  Memory mem_;
+  std::size_t floats_ = 0;
   std::unique_ptr<std::atomic<std::uint8_t>[]> state_;
   std::int64_t tiles_ = 0, tile_floats_ = 0;
 };
@@ -316,12 +357,25 @@ class Runner : TileOps {
     Group& g = group_of(idx, &Group::item0);
     idx -= g.item0;
     // Heaviest blocks first (with causal, later queries see more keys), so the
-    // shared counter hands out the long items before the short ones.
-    const std::int64_t per_block = g.nb * g.pl.units(p_.h_kv) * g.pl.splits;
-    const std::int64_t blk = g.pl.blocks - 1 - idx / per_block;
-    std::int64_t rest = idx % per_block;
-    const std::int64_t split = rest % g.pl.splits;
-    rest /= g.pl.splits;
+    // shared counter hands out the long items before the short ones. Prefill
+    // takes the blocks of one (b, hk) after another, so that the threads work
+    // on the same keys and values at once, while they are in cache (taking
+    // the heads of one block index in turn streams all of K and V from
+    // memory for every block index: measured at N = 8192, H = 8, d = 128).
+    std::int64_t blk, rest, split;
+    if (g.pl.blocks > 1) {
+      const std::int64_t per_head = g.pl.blocks * g.pl.splits;
+      rest = idx / per_head;
+      const std::int64_t r = idx % per_head;
+      blk = g.pl.blocks - 1 - r / g.pl.splits;
+      split = r % g.pl.splits;
+    } else {
+      const std::int64_t per_block = g.nb * g.pl.units(p_.h_kv) * g.pl.splits;
+      blk = g.pl.blocks - 1 - idx / per_block;
+      rest = idx % per_block;
+      split = rest % g.pl.splits;
+      rest /= g.pl.splits;
+    }
     if (g.pl.all_heads)
       attend_heads(g, rest, blk, split);
     else
