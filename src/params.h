@@ -6,6 +6,7 @@
 // its own (src/reference/attention_ref.cpp).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -150,6 +151,23 @@ struct Params {
   const void* kv_addr(const Operand& t, std::int64_t b, std::int64_t hk, std::int64_t j) const {
     if (!paged()) return t.addr(b, hk, packed() ? cu_k[b] + j : j);
     return t.addr(read_int(page_table, b, j / page_size), hk, j % page_size);
+  }
+  // Key rows [j, j + n) of head hk of batch entry b in K, V or their scales,
+  // as runs of evenly strided rows: f(i, count, first, stride_bytes) for rows
+  // j + i .. j + i + count - 1 starting at `first`. One run unless paged
+  // (then one per page): the page table is read once per page, not per row.
+  template <class F>
+  void for_each_kv_run(const Operand& t, std::int64_t b, std::int64_t hk, std::int64_t j, std::int64_t n, F f) const {
+    const std::int64_t stride = t.stride_n * t.elem_bytes;
+    if (!paged()) {
+      if (n > 0) f(std::int64_t{0}, n, static_cast<const char*>(kv_addr(t, b, hk, j)), stride);
+      return;
+    }
+    for (std::int64_t i = 0; i < n;) {
+      const std::int64_t in_page = (j + i) % page_size, count = std::min(n - i, page_size - in_page);
+      f(i, count, static_cast<const char*>(t.addr(read_int(page_table, b, (j + i) / page_size), hk, in_page)), stride);
+      i += count;
+    }
   }
   // The int8 scales that go with K or V (t is p.k or p.v), or nullptr.
   const Operand* scales_of(const Operand& t) const {

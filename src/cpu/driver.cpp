@@ -99,6 +99,9 @@ constexpr int kDirectRows = 8;
 constexpr int kStreamAhead = 32;
 // Keys per tile in decode blocks (a multiple of every set's NR).
 constexpr int kDecodeTileKeys = 256;
+// Keys per run of a Plan::all_heads tile (see attend_heads): one page of 16
+// keys at Hkv = 32, d = 128 is 256 KiB of K for all heads.
+constexpr std::int64_t kHeadRunKeys = 16;
 // The most working memory one thread may use (qs, Kt, S, acc, V tile): 256 MiB,
 // about 900 times what d = dv = 128 needs.
 constexpr std::size_t kMaxWorkspaceBytes = std::size_t{256} << 20;
@@ -499,18 +502,16 @@ class Runner : TileOps {
     for (const Operand* t : {&p_.k, &p_.v}) {
       if (only && t != only) continue;
       if (stored_ok(*t)) continue;  // the stored-row kernels prefetch as they stream
-      const std::int64_t es = t->elem_bytes;
-      const std::int64_t row_bytes = p_.row_width(*t) * es;
-      if (p_.kv_rows_strided(t0, n) && t->stride_n * es == row_bytes) {
-        // The tile is one contiguous run of bytes.
-        const char* base = static_cast<const char*>(p_.kv_addr(*t, bl.b, bl.hk, t0));
-        for (std::int64_t off = 0; off < n * row_bytes; off += 64) __builtin_prefetch(base + off, 0, 3);
-        continue;
-      }
-      for (std::int64_t j = 0; j < n; ++j) {
-        const char* row = static_cast<const char*>(p_.kv_addr(*t, bl.b, bl.hk, t0 + j));
-        for (std::int64_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(row + off, 0, 3);
-      }
+      const std::int64_t row_bytes = p_.row_width(*t) * t->elem_bytes;
+      p_.for_each_kv_run(*t, bl.b, bl.hk, t0, n, [&](std::int64_t, std::int64_t count, const char* first, std::int64_t step) {
+        if (step == row_bytes) {
+          // The run is one contiguous stretch of bytes.
+          for (std::int64_t off = 0; off < count * row_bytes; off += 64) __builtin_prefetch(first + off, 0, 3);
+          return;
+        }
+        for (std::int64_t j = 0; j < count; ++j)
+          for (std::int64_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(first + j * step + off, 0, 3);
+      });
     }
   }
 
@@ -533,10 +534,13 @@ class Runner : TileOps {
     const std::int64_t es = t.elem_bytes;
     r.row_bytes = static_cast<int>(width * es);
     const Operand* sc = p_.scales_of(t);
-    for (int j = 0; j < n; ++j) {
-      rows[j] = p_.kv_addr(t, bl.b, bl.hk, t0 + j);
-      if (sc) scales[j] = p_.kv_addr(*sc, bl.b, bl.hk, t0 + j);
-    }
+    auto runs = [&](const Operand& o, const void** out) {
+      p_.for_each_kv_run(o, bl.b, bl.hk, t0, n, [&](std::int64_t i, std::int64_t count, const char* first, std::int64_t step) {
+        for (std::int64_t j = 0; j < count; ++j) out[i + j] = first + j * step;
+      });
+    };
+    runs(t, rows);
+    if (sc) runs(*sc, scales);
     if (sc) {
       r.scales = scales;
       r.sdt = sc->dtype;
@@ -675,20 +679,12 @@ class Runner : TileOps {
       ks_.scores_bf16(q2, bl.nr, static_cast<int>(p_.d), kt2, bc_pad, static_cast<float>(p_.scale), s);
       return finish_scores(bl, t0, n, bc_pad, s, row_begin, row_end, br, stage);
     }
-    if (bl.nr <= kDirectRows && stored_ok(p_.k)) {
-      thread_local const void* rows[kMaxTileKeys];
-      thread_local const void* scales[kMaxTileKeys];
-      ks_.scores_direct_st(qs, bl.nr, static_cast<int>(p_.d), stored_rows(p_.k, bl, t0, n, rows, scales), n, s,
-                           bc_pad);
+    if (bl.nr <= kDirectRows) {
+      direct_scores(bl, qs, t0, n, s, bc_pad);
       return finish_scores(bl, t0, n, bc_pad, s, row_begin, row_end, br, stage);
     }
     const float** k = tile_rows();
     const int d = static_cast<int>(p_.d);
-    if (bl.nr <= kDirectRows) {
-      kv_rows(p_.k, bl, t0, n, k);
-      ks_.scores_direct(qs, bl.nr, d, k, n, s, bc_pad);
-      return finish_scores(bl, t0, n, bc_pad, s, row_begin, row_end, br, stage);
-    }
     auto pack = [&](float* dst) {
       kv_rows(p_.k, bl, t0, n, k);
       ks_.pack_kt(k, n, d, dst, bc_pad);
@@ -707,10 +703,27 @@ class Runner : TileOps {
     return finish_scores(bl, t0, n, bc_pad, s, row_begin, row_end, br, stage);
   }
 
+  // Scale·q·k of a decode block's rows for keys [t0, t0 + n), straight from
+  // K's rows (as stored, or converted), into s (rows s_stride apart).
+  void direct_scores(const Block& bl, const float* qs, std::int64_t t0, int n, float* s, int s_stride) {
+    const int d = static_cast<int>(p_.d);
+    if (stored_ok(p_.k)) {
+      thread_local const void* rows[kMaxTileKeys];
+      thread_local const void* scales[kMaxTileKeys];
+      ks_.scores_direct_st(qs, bl.nr, d, stored_rows(p_.k, bl, t0, n, rows, scales), n, s, s_stride);
+      return;
+    }
+    const float** k = tile_rows();
+    kv_rows(p_.k, bl, t0, n, k);
+    ks_.scores_direct(qs, bl.nr, d, k, n, s, s_stride);
+  }
+
   // bf16 row pointers of keys [t0, t0 + n) of a bfloat16 K or V.
   const std::uint16_t** bf16_rows(const Operand& t, const Block& bl, std::int64_t t0, int n) const {
     thread_local const std::uint16_t* rows[kMaxTileKeys];
-    for (int j = 0; j < n; ++j) rows[j] = static_cast<const std::uint16_t*>(p_.kv_addr(t, bl.b, bl.hk, t0 + j));
+    p_.for_each_kv_run(t, bl.b, bl.hk, t0, n, [&](std::int64_t i, std::int64_t count, const char* first, std::int64_t step) {
+      for (std::int64_t j = 0; j < count; ++j) rows[i + j] = reinterpret_cast<const std::uint16_t*>(first + j * step);
+    });
     return rows;
   }
 
@@ -920,9 +933,19 @@ class Runner : TileOps {
 
   // Plan::all_heads: the decode blocks of every K/V head of batch entry
   // b0 + bi (rows [blk*br, ...), key chunk `split`), advanced tile by tile
-  // in step, each head with its own Q rows, m, l and acc, the scratch (S, the
-  // V tile) shared. Per head, the same kernels in the same order as attend(),
-  // so the results are those of attend() on that head.
+  // in step, each head with its own Q rows, S, m, l and acc. Per head, the
+  // same kernels in the same order as attend(), so the results are those of
+  // attend() on that head, bit for bit.
+  //
+  // Within a page the rows of one key for every head lie together (Hkv·d
+  // values), one head's rows Hkv·d apart. So a tile's keys are taken in runs
+  // (a page's keys, at most kHeadRunKeys): the scores of a run for every head,
+  // then the next run, while the next run's rows for every head, one stretch
+  // of memory, are requested; after the softmax step of every head, P·V the
+  // same way. A run's sums continue the tile's (alpha applied by the first
+  // run only), so splitting the keys into runs changes no bit. Tiles where
+  // rows see different keys, and explicit masks, take each head's whole
+  // tile at once (step_tile).
   void attend_heads(Group& g, std::int64_t bi, std::int64_t blk, std::int64_t split) {
     const std::int64_t hkv = p_.h_kv;
     thread_local std::vector<Block> blocks;
@@ -939,19 +962,21 @@ class Runner : TileOps {
       return;
     }
 
-    // Workspace (floats): s[nr*bc] vp[bc*dv_pad] 2 int[nr], then per head
-    // qs[nr*d] acc[nr*dv_pad] m, l, alpha[nr].
+    // Workspace (floats): vp[bc*dv_pad] ones[nr] 2 int[nr], then per head
+    // qs[nr*d] s[nr*bc] acc[nr*dv_pad] m, l, alpha[nr].
     auto r16 = [](std::int64_t x) { return (x + 15) / 16 * 16; };
-    const std::int64_t per_head = r16(nr * d) + r16(nr * dv_pad) + 3 * r16(nr);
-    const std::int64_t shared = r16(std::int64_t{nr} * bc) + r16(bc * dv_pad) + 2 * r16(nr);
-    float* s = workspace().floats(static_cast<std::size_t>(shared + hkv * per_head));
-    if (!s) throw workspace_error(p_, "out of memory");
-    float* vp = s + r16(std::int64_t{nr} * bc);
-    int* row_begin = reinterpret_cast<int*>(vp + r16(bc * dv_pad));
+    const std::int64_t per_head = r16(nr * d) + r16(std::int64_t{nr} * bc) + r16(nr * dv_pad) + 3 * r16(nr);
+    const std::int64_t shared = r16(bc * dv_pad) + 3 * r16(nr);
+    float* vp = workspace().floats(static_cast<std::size_t>(shared + hkv * per_head));
+    if (!vp) throw workspace_error(p_, "out of memory");
+    float* ones = vp + r16(bc * dv_pad);
+    int* row_begin = reinterpret_cast<int*>(ones + r16(nr));
     int* row_end = row_begin + r16(nr);
     float* state = reinterpret_cast<float*>(row_end + r16(nr));
+    for (int rr = 0; rr < nr; ++rr) ones[rr] = 1.0f;
     auto qs_of = [&](std::int64_t hk) { return state + hk * per_head; };
-    auto acc_of = [&](std::int64_t hk) { return qs_of(hk) + r16(nr * d); };
+    auto s_of = [&](std::int64_t hk) { return qs_of(hk) + r16(nr * d); };
+    auto acc_of = [&](std::int64_t hk) { return s_of(hk) + r16(std::int64_t{nr} * bc); };
     auto m_of = [&](std::int64_t hk) { return acc_of(hk) + r16(nr * dv_pad); };
     auto l_of = [&](std::int64_t hk) { return m_of(hk) + r16(nr); };
     auto alpha_of = [&](std::int64_t hk) { return l_of(hk) + r16(nr); };
@@ -964,21 +989,73 @@ class Runner : TileOps {
       }
       std::memset(acc_of(hk), 0, static_cast<std::size_t>(nr * dv_pad) * sizeof(float));
     }
-    // One (head, tile) ahead is requested while the current one is computed:
-    // the next head's rows of the same keys, after the last head the first
-    // head's next tile (a whole tile ahead for every head would not fit in L2).
-    prefetch_tile(first, kb, std::min<std::int64_t>(bc, ke - kb));
+
+    // Runs of keys [t, t + count): cut where pages end and every kHeadRunKeys.
+    auto run_length = [&](std::int64_t t, std::int64_t end) {
+      std::int64_t count = std::min<std::int64_t>(kHeadRunKeys, end - t);
+      if (p_.paged()) count = std::min(count, p_.page_size - t % p_.page_size);
+      return count;
+    };
+    // The rows of keys [t, t + count) of every head, K or V.
+    auto request_run = [&](const Operand& t, std::int64_t t_first, std::int64_t count) {
+      if (count <= 0) return;
+      const std::int64_t row_bytes = p_.row_width(t) * t.elem_bytes;
+      if (t.stride_h * t.elem_bytes == row_bytes && t.stride_n == hkv * t.stride_h && p_.kv_rows_strided(t_first, count)) {
+        const char* base = static_cast<const char*>(p_.kv_addr(t, first.b, 0, t_first));
+        for (std::int64_t off = 0; off < count * hkv * row_bytes; off += 64) __builtin_prefetch(base + off, 0, 2);
+        return;
+      }
+      for (const Block& bl : blocks)
+        p_.for_each_kv_run(t, bl.b, bl.hk, t_first, count, [&](std::int64_t, std::int64_t c, const char* row, std::int64_t step) {
+          for (std::int64_t j = 0; j < c; ++j)
+            for (std::int64_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(row + j * step + off, 0, 2);
+        });
+    };
+
     for (std::int64_t t0 = kb; t0 < ke; t0 += bc) {
       const int n = static_cast<int>(std::min<std::int64_t>(bc, ke - t0));
       const int bc_pad = static_cast<int>(round_up(n, ks_.nr));
+      const bool ranged = t0 < range.full_lo || t0 + n > range.full_hi;
+      if (ranged || p_.mask.data) {
+        // One (head, tile) ahead is requested while the current one is
+        // computed: the next head's rows of the same keys, after the last
+        // head the first head's next tile.
+        prefetch_tile(first, t0, n);
+        for (std::int64_t hk = 0; hk < hkv; ++hk) {
+          const Block& bl = blocks[hk];
+          const bool last = hk + 1 == hkv;
+          const Block& ahead = blocks[last ? 0 : hk + 1];
+          const std::int64_t ahead_t0 = last ? t0 + bc : t0;
+          const std::int64_t ahead_n = std::min<std::int64_t>(bc, ke - ahead_t0);
+          step_tile(bl, qs_of(hk), nullptr, t0, n, bc_pad, nullptr, s_of(hk), vp, acc_of(hk), m_of(hk), l_of(hk),
+                    alpha_of(hk), row_begin, row_end, range, &ahead, ahead_t0, ahead_n);
+        }
+        continue;
+      }
+      const std::int64_t t1 = t0 + n;
+      request_run(p_.k, t0, run_length(t0, t1));
+      for (std::int64_t t = t0; t < t1;) {
+        const std::int64_t count = run_length(t, t1);
+        request_run(p_.k, t + count, run_length(t + count, t1));
+        for (std::int64_t hk = 0; hk < hkv; ++hk)
+          direct_scores(blocks[hk], qs_of(hk), t, static_cast<int>(count), s_of(hk) + (t - t0), bc_pad);
+        t += count;
+      }
       for (std::int64_t hk = 0; hk < hkv; ++hk) {
-        const Block& bl = blocks[hk];
-        const bool last = hk + 1 == hkv;
-        const Block& ahead = blocks[last ? 0 : hk + 1];
-        const std::int64_t ahead_t0 = last ? t0 + bc : t0;
-        const std::int64_t ahead_n = std::min<std::int64_t>(bc, ke - ahead_t0);
-        step_tile(bl, qs_of(hk), nullptr, t0, n, bc_pad, nullptr, s, vp, acc_of(hk), m_of(hk), l_of(hk), alpha_of(hk),
-                  row_begin, row_end, range, &ahead, ahead_t0, ahead_n);
+        float* s = s_of(hk);
+        finish_scores(blocks[hk], t0, n, bc_pad, s, row_begin, row_end, range, ScoresStage::masked);
+        ks_.softmax_step(s, nr, bc_pad, m_of(hk), l_of(hk), alpha_of(hk));
+        if (p_.dropout) drop_tile(blocks[hk], t0, n, bc_pad, s);
+        if (p_.round_p) round_p_tile(s, nr, bc_pad);
+      }
+      request_run(p_.v, t0, run_length(t0, t1));
+      for (std::int64_t t = t0; t < t1;) {
+        const std::int64_t count = run_length(t, t1);
+        request_run(p_.v, t + count, t + count < t1 ? run_length(t + count, t1) : run_length(t1, ke));
+        for (std::int64_t hk = 0; hk < hkv; ++hk)
+          pv_tile(blocks[hk], t, static_cast<int>(count), bc_pad, s_of(hk) + (t - t0), vp, acc_of(hk),
+                  t == t0 ? alpha_of(hk) : ones, nullptr, nullptr);
+        t += count;
       }
     }
     thread_local std::vector<ExactRow> exact_rows;

@@ -110,28 +110,22 @@ class TileOps {
       const std::int64_t stride = (width + 15) / 16 * 16;
       float* buf = convert_buffer(&t == &p_.k ? 0 : 1, static_cast<std::size_t>(n * stride));
       const Operand* sc = p_.scales_of(t);
-      const std::int64_t es = t.elem_bytes;
-      const bool strided = p_.kv_rows_strided(t0, n);
-      const char* base = strided ? static_cast<const char*>(p_.kv_addr(t, bl.b, bl.hk, t0)) : nullptr;
-      for (int j = 0; j < n; ++j) {
-        float* dst = buf + j * stride;
-        if (sc) {
-          convert_row(t, bl.b, bl.hk, t0 + j, width, dst);
-        } else {
-          const void* src = strided ? base + j * t.stride_n * es : p_.kv_addr(t, bl.b, bl.hk, t0 + j);
-          ks_.to_f32(src, t.dtype, width, dst);
+      p_.for_each_kv_run(t, bl.b, bl.hk, t0, n, [&](std::int64_t i, std::int64_t count, const char* first, std::int64_t step) {
+        for (std::int64_t j = i; j < i + count; ++j) {
+          float* dst = buf + j * stride;
+          if (sc)
+            convert_row(t, bl.b, bl.hk, t0 + j, width, dst);
+          else
+            ks_.to_f32(first + (j - i) * step, t.dtype, width, dst);
+          for (std::int64_t c = width; c < stride; ++c) dst[c] = 0.0f;
+          out[j] = dst;
         }
-        for (std::int64_t c = width; c < stride; ++c) dst[c] = 0.0f;
-        out[j] = dst;
-      }
+      });
       return;
     }
-    if (p_.kv_rows_strided(t0, n)) {
-      const float* base = p_.kv_row<const float>(t, bl.b, bl.hk, t0);
-      for (int j = 0; j < n; ++j) out[j] = base + j * t.stride_n;
-    } else {
-      for (int j = 0; j < n; ++j) out[j] = p_.kv_row<const float>(t, bl.b, bl.hk, t0 + j);
-    }
+    p_.for_each_kv_run(t, bl.b, bl.hk, t0, n, [&](std::int64_t i, std::int64_t count, const char* first, std::int64_t step) {
+      for (std::int64_t j = 0; j < count; ++j) out[i + j] = reinterpret_cast<const float*>(first + j * step);
+    });
   }
 
   // Key row j of K or V (t is p.k or p.v) as `width` floats into dst.
