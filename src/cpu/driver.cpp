@@ -99,9 +99,10 @@ constexpr int kDirectRows = 8;
 constexpr int kStreamAhead = 32;
 // Keys per tile in decode blocks (a multiple of every set's NR).
 constexpr int kDecodeTileKeys = 256;
-// Keys per run of a Plan::all_heads tile (see attend_heads): one page of 16
-// keys at Hkv = 32, d = 128 is 256 KiB of K for all heads.
-constexpr std::int64_t kHeadRunKeys = 16;
+// Bytes of K (or V) per run of a Plan::all_heads tile, for all heads (see
+// attend_heads): 16 keys at Hkv = 32, d = 128 in float32. The run ahead and
+// the current one, K and V, stay well inside L2.
+constexpr std::int64_t kHeadRunBytes = std::int64_t{256} << 10;
 // The most working memory one thread may use (qs, Kt, S, acc, V tile): 256 MiB,
 // about 900 times what d = dv = 128 needs.
 constexpr std::size_t kMaxWorkspaceBytes = std::size_t{256} << 20;
@@ -990,23 +991,30 @@ class Runner : TileOps {
       std::memset(acc_of(hk), 0, static_cast<std::size_t>(nr * dv_pad) * sizeof(float));
     }
 
-    // Runs of keys [t, t + count): cut where pages end and every kHeadRunKeys.
-    auto run_length = [&](std::int64_t t, std::int64_t end) {
-      std::int64_t count = std::min<std::int64_t>(kHeadRunKeys, end - t);
-      if (p_.paged()) count = std::min(count, p_.page_size - t % p_.page_size);
-      return count;
-    };
-    // The rows of keys [t, t + count) of every head, K or V.
-    auto request_run = [&](const Operand& t, std::int64_t t_first, std::int64_t count) {
+    // Runs of keys [t, t + count): about kHeadRunBytes of K (or V) for all
+    // heads, a multiple of 16 keys.
+    const std::int64_t key_bytes = hkv * std::max(p_.d * p_.k.elem_bytes, p_.dv * p_.v.elem_bytes);
+    const std::int64_t run_keys = std::clamp<std::int64_t>(kHeadRunBytes / key_bytes / 16 * 16, 16, bc);
+    auto run_length = [&](std::int64_t t, std::int64_t end) { return std::min(run_keys, end - t); };
+    // Part `part` of `parts` of the rows of keys [t, t + count) of every
+    // head, K or V: of each page's stretch of memory when a key's rows for
+    // all heads lie together, else the rows of some of the heads. Requested a
+    // part per head computed, the misses stay spread over the run's work
+    // rather than queued at once.
+    auto request_run = [&](const Operand& t, std::int64_t t_first, std::int64_t count, std::int64_t part,
+                           std::int64_t parts) {
       if (count <= 0) return;
       const std::int64_t row_bytes = p_.row_width(t) * t.elem_bytes;
-      if (t.stride_h * t.elem_bytes == row_bytes && t.stride_n == hkv * t.stride_h && p_.kv_rows_strided(t_first, count)) {
-        const char* base = static_cast<const char*>(p_.kv_addr(t, first.b, 0, t_first));
-        for (std::int64_t off = 0; off < count * hkv * row_bytes; off += 64) __builtin_prefetch(base + off, 0, 2);
+      if (t.stride_h * t.elem_bytes == row_bytes && t.stride_n == hkv * t.stride_h) {
+        p_.for_each_kv_run(t, first.b, 0, t_first, count, [&](std::int64_t, std::int64_t c, const char* base, std::int64_t) {
+          const std::int64_t lines = ceil_div(c * hkv * row_bytes, 64);
+          for (std::int64_t i = lines * part / parts; i < lines * (part + 1) / parts; ++i)
+            __builtin_prefetch(base + i * 64, 0, 2);
+        });
         return;
       }
-      for (const Block& bl : blocks)
-        p_.for_each_kv_run(t, bl.b, bl.hk, t_first, count, [&](std::int64_t, std::int64_t c, const char* row, std::int64_t step) {
+      for (std::int64_t hk = hkv * part / parts; hk < hkv * (part + 1) / parts; ++hk)
+        p_.for_each_kv_run(t, first.b, hk, t_first, count, [&](std::int64_t, std::int64_t c, const char* row, std::int64_t step) {
           for (std::int64_t j = 0; j < c; ++j)
             for (std::int64_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(row + j * step + off, 0, 2);
         });
@@ -1033,12 +1041,13 @@ class Runner : TileOps {
         continue;
       }
       const std::int64_t t1 = t0 + n;
-      request_run(p_.k, t0, run_length(t0, t1));
+      if (t0 == kb) request_run(p_.k, t0, run_length(t0, t1), 0, 1);
       for (std::int64_t t = t0; t < t1;) {
         const std::int64_t count = run_length(t, t1);
-        request_run(p_.k, t + count, run_length(t + count, t1));
-        for (std::int64_t hk = 0; hk < hkv; ++hk)
+        for (std::int64_t hk = 0; hk < hkv; ++hk) {
+          request_run(p_.k, t + count, run_length(t + count, t1), hk, hkv);
           direct_scores(blocks[hk], qs_of(hk), t, static_cast<int>(count), s_of(hk) + (t - t0), bc_pad);
+        }
         t += count;
       }
       for (std::int64_t hk = 0; hk < hkv; ++hk) {
@@ -1048,13 +1057,18 @@ class Runner : TileOps {
         if (p_.dropout) drop_tile(blocks[hk], t0, n, bc_pad, s);
         if (p_.round_p) round_p_tile(s, nr, bc_pad);
       }
-      request_run(p_.v, t0, run_length(t0, t1));
+      request_run(p_.v, t0, run_length(t0, t1), 0, 1);
       for (std::int64_t t = t0; t < t1;) {
         const std::int64_t count = run_length(t, t1);
-        request_run(p_.v, t + count, t + count < t1 ? run_length(t + count, t1) : run_length(t1, ke));
-        for (std::int64_t hk = 0; hk < hkv; ++hk)
+        // After the last run of V, the next tile's first run of K.
+        const bool last = t + count >= t1;
+        const Operand& ahead = last ? p_.k : p_.v;
+        const std::int64_t ahead_n = last ? run_length(t1, ke) : run_length(t + count, t1);
+        for (std::int64_t hk = 0; hk < hkv; ++hk) {
+          request_run(ahead, t + count, ahead_n, hk, hkv);
           pv_tile(blocks[hk], t, static_cast<int>(count), bc_pad, s_of(hk) + (t - t0), vp, acc_of(hk),
                   t == t0 ? alpha_of(hk) : ones, nullptr, nullptr);
+        }
         t += count;
       }
     }
