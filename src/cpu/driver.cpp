@@ -366,9 +366,10 @@ class Runner : TileOps {
     // Heaviest blocks first (with causal, later queries see more keys), so the
     // shared counter hands out the long items before the short ones. Prefill
     // takes the blocks of one (b, hk) after another, so that the threads work
-    // on the same keys and values at once, while they are in cache (taking
-    // the heads of one block index in turn streams all of K and V from
-    // memory for every block index: measured at N = 8192, H = 8, d = 128).
+    // on the same keys and values at once, while they may still be in cache;
+    // taking the heads of one block index in turn has every thread stream a
+    // different head's K and V for every block index (at N = 8192, H = 8,
+    // d = 128: 64 MiB of K/V per block index, beyond the caches).
     std::int64_t blk, rest, split;
     if (g.pl.blocks > 1) {
       const std::int64_t per_head = g.pl.blocks * g.pl.splits;
