@@ -11,10 +11,10 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <new>
 #include <random>
 #include <thread>
 #include <utility>
-#include <new>
 #include <vector>
 
 #include "cpu/dispatch.h"

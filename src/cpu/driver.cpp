@@ -128,6 +128,9 @@ struct Plan {
   std::int64_t items() const { return blocks * splits; }
   // Work items per batch entry and block, for each key chunk.
   std::int64_t units(std::int64_t h_kv) const { return all_heads ? 1 : h_kv; }
+  // Split-KV partial slots per block: its real rows, so a decode block of one
+  // row does not hold (and zero) BR rows' worth.
+  std::int64_t slot_rows() const { return std::min<std::int64_t>(br, rows); }
 };
 
 // The plan of `nb` batch entries that share n_q queries and n_kv keys: all of
@@ -339,10 +342,7 @@ class Runner : TileOps {
           heads * tiles * p.d * g.pl.bc * 4 <= kMaxKtCacheBytes)
         g.kt = KtCache(heads, tiles, p.d * g.pl.bc);
       if (g.pl.splits > 1) {
-        // A slot per row of a block: min(BR, rows), so a decode block of one
-        // row does not hold (and zero) BR rows' worth.
-        g.partials.resize(static_cast<std::size_t>(nb * p.h_kv * g.pl.items() * std::min<std::int64_t>(g.pl.br, g.pl.rows) *
-                                                   part_stride()));
+        g.partials.resize(static_cast<std::size_t>(nb * p.h_kv * g.pl.items() * g.pl.slot_rows() * part_stride()));
         merges += nb * p.h_kv * g.pl.blocks;
       }
       items += nb * g.pl.units(p.h_kv) * g.pl.items();
@@ -370,20 +370,9 @@ class Runner : TileOps {
     // taking the heads of one block index in turn has every thread stream a
     // different head's K and V for every block index (at N = 8192, H = 8,
     // d = 128: 64 MiB of K/V per block index, beyond the caches).
-    std::int64_t blk, rest, split;
-    if (g.pl.blocks > 1) {
-      const std::int64_t per_head = g.pl.blocks * g.pl.splits;
-      rest = idx / per_head;
-      const std::int64_t r = idx % per_head;
-      blk = g.pl.blocks - 1 - r / g.pl.splits;
-      split = r % g.pl.splits;
-    } else {
-      const std::int64_t per_block = g.nb * g.pl.units(p_.h_kv) * g.pl.splits;
-      blk = g.pl.blocks - 1 - idx / per_block;
-      rest = idx % per_block;
-      split = rest % g.pl.splits;
-      rest /= g.pl.splits;
-    }
+    const std::int64_t per_head = g.pl.blocks * g.pl.splits;
+    const std::int64_t rest = idx / per_head, r = idx % per_head;
+    const std::int64_t blk = g.pl.blocks - 1 - r / g.pl.splits, split = r % g.pl.splits;
     if (g.pl.all_heads)
       attend_heads(g, rest, blk, split);
     else
@@ -458,7 +447,7 @@ class Runner : TileOps {
     const Plan& pl = bl.g->pl;
     const std::int64_t blk = bl.r0 / pl.br;
     const std::int64_t slot = (((bl.b - bl.g->b0) * p_.h_kv + bl.hk) * pl.blocks + blk) * pl.splits + split;
-    return bl.g->partials.data() + (slot * std::min<std::int64_t>(pl.br, pl.rows) + rr) * part_stride();
+    return bl.g->partials.data() + (slot * pl.slot_rows() + rr) * part_stride();
   }
 
   // Final m (natural units) and l of one row with the attention sink folded
@@ -545,8 +534,8 @@ class Runner : TileOps {
       });
     };
     runs(t, rows);
-    if (sc) runs(*sc, scales);
     if (sc) {
+      runs(*sc, scales);
       r.scales = scales;
       r.sdt = sc->dtype;
       r.group = static_cast<int>(p_.group_of(t));
@@ -944,10 +933,10 @@ class Runner : TileOps {
   //
   // Within a page the rows of one key for every head lie together (Hkv·d
   // values), one head's rows Hkv·d apart. So a tile's keys are taken in runs
-  // (a page's keys, at most kHeadRunKeys): the scores of a run for every head,
-  // then the next run, while the next run's rows for every head, one stretch
-  // of memory, are requested; after the softmax step of every head, P·V the
-  // same way. A run's sums continue the tile's (alpha applied by the first
+  // (about kHeadRunBytes for all heads): the scores of a run for every head,
+  // then the next run, while the next run's rows for every head, a stretch
+  // of memory per page, are requested; after the softmax step of every head,
+  // P·V the same way. A run's sums continue the tile's (alpha applied by the first
   // run only), so splitting the keys into runs changes no bit. Tiles where
   // rows see different keys, and explicit masks, take each head's whole
   // tile at once (step_tile).
@@ -1024,6 +1013,9 @@ class Runner : TileOps {
         });
     };
 
+    // Whether the previous tile's last whole-tile step requested this tile's
+    // first head already.
+    bool requested = false;
     for (std::int64_t t0 = kb; t0 < ke; t0 += bc) {
       const int n = static_cast<int>(std::min<std::int64_t>(bc, ke - t0));
       const int bc_pad = static_cast<int>(round_up(n, ks_.nr));
@@ -1032,7 +1024,8 @@ class Runner : TileOps {
         // One (head, tile) ahead is requested while the current one is
         // computed: the next head's rows of the same keys, after the last
         // head the first head's next tile.
-        prefetch_tile(first, t0, n);
+        if (!requested) prefetch_tile(first, t0, n);
+        requested = true;
         for (std::int64_t hk = 0; hk < hkv; ++hk) {
           const Block& bl = blocks[hk];
           const bool last = hk + 1 == hkv;
@@ -1044,6 +1037,7 @@ class Runner : TileOps {
         }
         continue;
       }
+      requested = false;
       const std::int64_t t1 = t0 + n;
       if (t0 == kb) request_run(p_.k, t0, run_length(t0, t1), 0, 1);
       for (std::int64_t t = t0; t < t1;) {

@@ -202,12 +202,6 @@ static inline float exp2_scalar(float t) {
   return buf[0];
 }
 
-static inline float exp_diff_scalar(float x) {
-  float buf[W];
-  vstore(buf, vexp_diff(vset(x)));
-  return buf[0];
-}
-
 // Rows are taken kSoftmaxRows at a time, each pass over all of them before
 // the next: the row maxima, then exp and the row sums, then alpha and l for
 // the group in whole vectors. Each row's work is a short dependent chain
