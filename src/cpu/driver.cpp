@@ -695,7 +695,13 @@ class Runner : TileOps {
       pack(kt);
       packed = kt;
     }
-    ks_.scores(qs, bl.nr, d, packed, bc_pad, s);
+    if (stage == ScoresStage::masked && ranged_tile(t0, n, br)) {
+      // Only the columns rows see are computed; mask_tile sets the rest.
+      tile_ranges(bl, t0, n, row_begin, row_end);
+      ks_.scores_ranged(qs, bl.nr, d, packed, bc_pad, s, row_begin, row_end);
+    } else {
+      ks_.scores(qs, bl.nr, d, packed, bc_pad, s);
+    }
     return finish_scores(bl, t0, n, bc_pad, s, row_begin, row_end, br, stage);
   }
 

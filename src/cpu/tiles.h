@@ -168,6 +168,20 @@ class TileOps {
     for (std::int64_t c = 0; c < width; ++c) store_float(row, t.dtype, c, src[c]);
   }
 
+  // Whether the rows of a block see different keys of tile [t0, t0 + n).
+  static bool ranged_tile(std::int64_t t0, int n, const BlockRange& br) { return t0 < br.full_lo || t0 + n > br.full_hi; }
+  // Each row's keys within tile [t0, t0 + n) before explicit masks:
+  // [row_begin[rr], row_end[rr]), empty when row_end = row_begin.
+  void tile_ranges(const Rows& bl, std::int64_t t0, int n, int* row_begin, int* row_end) const {
+    for (int rr = 0; rr < bl.nr; ++rr) {
+      const Params::Range v = p_.visible(bl.b, query(bl, rr));
+      const int b = static_cast<int>(std::clamp<std::int64_t>(v.lo - t0, 0, n));
+      const int e = static_cast<int>(std::clamp<std::int64_t>(v.hi - t0, 0, n));
+      row_begin[rr] = b;
+      row_end[rr] = e < b ? b : e;
+    }
+  }
+
   // Masks one score tile (keys [t0, t0 + n), rows of `bl`, padded to bc_pad
   // columns): entries outside a row's range, those the explicit mask disables
   // and the padding become -inf; the float mask and ALiBi are added. Returns
@@ -175,18 +189,11 @@ class TileOps {
   // row_end hold each row's [begin, end) within the tile).
   bool mask_tile(const Rows& bl, std::int64_t t0, int n, int bc_pad, float* s, int* row_begin, int* row_end,
                  const BlockRange& br) const {
-    const bool ranged = t0 < br.full_lo || t0 + n > br.full_hi;
+    const bool ranged = ranged_tile(t0, n, br);
+    if (ranged) tile_ranges(bl, t0, n, row_begin, row_end);
     for (int rr = 0; rr < bl.nr; ++rr) {
       float* row = s + static_cast<std::int64_t>(rr) * bc_pad;
-      int b = 0, e = n;
-      if (ranged) {
-        const Params::Range v = p_.visible(bl.b, query(bl, rr));
-        b = static_cast<int>(std::clamp<std::int64_t>(v.lo - t0, 0, n));
-        e = static_cast<int>(std::clamp<std::int64_t>(v.hi - t0, 0, n));
-        if (e < b) e = b;
-        row_begin[rr] = b;
-        row_end[rr] = e;
-      }
+      const int b = ranged ? row_begin[rr] : 0, e = ranged ? row_end[rr] : n;
       if (p_.mask.data || p_.alibi.data) modify_row(bl, rr, t0, n, row);
       for (int j = 0; j < b; ++j) row[j] = kNegInf;
       for (int j = e; j < bc_pad; ++j) row[j] = kNegInf;

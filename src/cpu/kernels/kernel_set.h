@@ -45,6 +45,12 @@ struct KernelSet {
 
   // S [rows x bc_pad] = Qs [rows x d] · Kt [d x bc_pad].
   void (*scores)(const float* qs, int rows, int d, const float* kt, int bc_pad, float* s);
+  // scores() on a tile whose rows see keys [row_begin[r], row_end[r]): each
+  // strip of mr rows computes the columns, in whole vectors, holding a key one
+  // of its rows sees, with the same bits as scores(); other entries are left
+  // as they were (the caller masks them).
+  void (*scores_ranged)(const float* qs, int rows, int d, const float* kt, int bc_pad, float* s, const int* row_begin,
+                        const int* row_end);
 
   // S [rows x n] (rows s_stride apart) = Qs [rows x d] · K[n x d]ᵀ, K read in
   // place: the kernel for blocks of few rows.

@@ -31,13 +31,15 @@ struct IntConst {
 // Length of the FMA chains the score dot products are cut into (see scores_block).
 inline constexpr int kDotChunk = 16;
 
-template <int M>
+// NC column vectors (NV, or fewer at a ranged tile's edge: each vector's
+// sums are the same either way).
+template <int M, int NC = NV>
 static inline void scores_block(const float* qs, int d, const float* kt, int bc_pad, float* s) {
-  Vec acc[M][NV];
+  Vec acc[M][NC];
 #pragma GCC unroll 8
   for (int m = 0; m < M; ++m)
 #pragma GCC unroll 4
-    for (int x = 0; x < NV; ++x) acc[m][x] = vzero();
+    for (int x = 0; x < NC; ++x) acc[m][x] = vzero();
   // Blocked summation: d is cut into chunks of kDotChunk, each summed from
   // zero in registers and then added to S. One FMA chain over all of d
   // accumulates rounding error ~d·u (what a plain float32 GEMM does); chunks
@@ -49,23 +51,23 @@ static inline void scores_block(const float* qs, int d, const float* kt, int bc_
 #pragma GCC unroll 8
       for (int m = 0; m < M; ++m)
 #pragma GCC unroll 4
-        for (int x = 0; x < NV; ++x) acc[m][x] = vzero();
+        for (int x = 0; x < NC; ++x) acc[m][x] = vzero();
     }
     for (int c = c0; c < c1; ++c) {
-      Vec b[NV];
+      Vec b[NC];
 #pragma GCC unroll 4
-      for (int x = 0; x < NV; ++x) b[x] = vload(kt + static_cast<std::int64_t>(c) * bc_pad + x * W);
+      for (int x = 0; x < NC; ++x) b[x] = vload(kt + static_cast<std::int64_t>(c) * bc_pad + x * W);
 #pragma GCC unroll 8
       for (int m = 0; m < M; ++m) {
         const Vec a = vset(qs[m * d + c]);
 #pragma GCC unroll 4
-        for (int x = 0; x < NV; ++x) acc[m][x] = vfma(a, b[x], acc[m][x]);
+        for (int x = 0; x < NC; ++x) acc[m][x] = vfma(a, b[x], acc[m][x]);
       }
     }
 #pragma GCC unroll 8
     for (int m = 0; m < M; ++m)
 #pragma GCC unroll 4
-      for (int x = 0; x < NV; ++x) {
+      for (int x = 0; x < NC; ++x) {
         float* dst = s + m * bc_pad + x * W;
         vstore(dst, c0 > 0 ? vadd(vload(dst), acc[m][x]) : acc[m][x]);
       }
@@ -74,7 +76,7 @@ static inline void scores_block(const float* qs, int d, const float* kt, int bc_
 #pragma GCC unroll 8
     for (int m = 0; m < M; ++m)
 #pragma GCC unroll 4
-      for (int x = 0; x < NV; ++x) vstore(s + m * bc_pad + x * W, acc[m][x]);
+      for (int x = 0; x < NC; ++x) vstore(s + m * bc_pad + x * W, acc[m][x]);
   }
 }
 
@@ -93,6 +95,62 @@ static void scores(const float* qs, int rows, int d, const float* kt, int bc_pad
       case 3: scores_block<3>(qr, d, kt + c0, bc_pad, sr); break;
       case 4: scores_block<4>(qr, d, kt + c0, bc_pad, sr); break;
       default: scores_block<5>(qr, d, kt + c0, bc_pad, sr); break;
+    }
+  }
+}
+
+// Columns [c0, c0 + nc*W) of an M-row strip, nc <= NV.
+template <int M>
+static inline void scores_cols(int nc, const float* qs, int d, const float* kt, int bc_pad, float* s) {
+  if (nc >= NV) {
+    scores_block<M>(qs, d, kt, bc_pad, s);
+    return;
+  }
+  switch (nc) {
+    case 1: scores_block<M, 1>(qs, d, kt, bc_pad, s); break;
+    case 2:
+      if constexpr (NV > 2) scores_block<M, 2>(qs, d, kt, bc_pad, s);
+      break;
+    default:
+      if constexpr (NV > 3) scores_block<M, 3>(qs, d, kt, bc_pad, s);
+      break;
+  }
+}
+
+// scores() where rows see different keys (a causal diagonal, a window's
+// edge): each MR-row strip computes only the column vectors that hold a key
+// one of its rows sees, [row_begin, row_end) per row. The other entries of s
+// are left as they were: the caller sets them to -inf. Computed entries are
+// the same bits as scores() gives.
+static void scores_ranged(const float* qs, int rows, int d, const float* kt, int bc_pad, float* s,
+                          const int* row_begin, const int* row_end) {
+  for (int c0 = 0; c0 < bc_pad; c0 += NR) {
+    for (int r = 0; r < rows; r += MR) {
+      const int m = min_int(MR, rows - r);
+      int b = bc_pad, e = 0;
+      for (int i = r; i < r + m; ++i)
+        if (row_begin[i] < row_end[i]) {
+          b = min_int(b, row_begin[i]);
+          e = row_end[i] > e ? row_end[i] : e;
+        }
+      int v0 = b / W * W, v1 = min_int((e + W - 1) / W * W, c0 + NR);
+      if (v0 < c0) v0 = c0;
+      if (v0 >= v1) continue;
+      const int nc = (v1 - v0) / W;
+      const float* qr = qs + r * d;
+      const float* kc = kt + v0;
+      float* sr = s + r * bc_pad + v0;
+      if (m == MR) {
+        scores_cols<MR>(nc, qr, d, kc, bc_pad, sr);
+        continue;
+      }
+      switch (m) {
+        case 1: scores_cols<1>(nc, qr, d, kc, bc_pad, sr); break;
+        case 2: scores_cols<2>(nc, qr, d, kc, bc_pad, sr); break;
+        case 3: scores_cols<3>(nc, qr, d, kc, bc_pad, sr); break;
+        case 4: scores_cols<4>(nc, qr, d, kc, bc_pad, sr); break;
+        default: scores_cols<5>(nc, qr, d, kc, bc_pad, sr); break;
+      }
     }
   }
 }
@@ -534,6 +592,7 @@ static void fill_kernel_set(KernelSet& ks) {
   ks.pv_direct_st = pv_direct_st;
   ks.pack_kt = pack_kt_generic;
   ks.scores = scores;
+  ks.scores_ranged = scores_ranged;
   ks.scores_direct = scores_direct;
   ks.softmax_step = softmax_step;
   ks.pv = pv;

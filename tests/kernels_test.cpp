@@ -1,0 +1,126 @@
+// The float32 tile kernels of every compiled set that this CPU runs, against
+// each other: scores_ranged (the scores of a tile whose rows see different
+// keys) gives scores()' bits wherever a row sees a key, and leaves every
+// column vector that no row of its strip sees as it was.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cpu/dispatch.h"
+#include "sdpa/attention.h"
+
+namespace sdpa {
+namespace {
+
+int round_up(int x, int m) { return (x + m - 1) / m * m; }
+
+std::uint32_t bits(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+class KernelsSet : public ::testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override {
+    if (!isa_supported(GetParam())) GTEST_SKIP() << "CPU lacks " << isa_name(GetParam());
+    ks_ = &cpu::kernels_for(GetParam());
+  }
+  const cpu::KernelSet* ks_ = nullptr;
+};
+
+// Per-row key ranges of one tile: a causal staircase (several rows per query,
+// as grouped heads lay them out), a sliding window, random intervals, and rows
+// that see nothing.
+void make_ranges(std::mt19937& rng, int kind, int rows, int n, std::vector<int>& b, std::vector<int>& e) {
+  b.assign(rows, 0);
+  e.assign(rows, 0);
+  std::uniform_int_distribution<int> key(0, n);
+  const int group = 1 + static_cast<int>(rng() % 4), offset = static_cast<int>(rng() % (n + 1)) - n / 2;
+  const int width = 1 + static_cast<int>(rng() % (n + 1));
+  for (int r = 0; r < rows; ++r) {
+    int lo = 0, hi = 0;
+    switch (kind) {
+      case 0:  // causal: query r / group sees keys up to offset + r / group
+        hi = offset + r / group + 1;
+        break;
+      case 1:  // window of `width` keys ending at the diagonal
+        hi = offset + r / group + 1;
+        lo = hi - width;
+        break;
+      case 2: {
+        lo = key(rng);
+        hi = key(rng);
+        if (lo > hi) std::swap(lo, hi);
+        break;
+      }
+      default:  // mostly empty rows, a few that see one key
+        if (rng() % 5 == 0) lo = key(rng) % std::max(n, 1), hi = lo + 1;
+        break;
+    }
+    lo = std::clamp(lo, 0, n);
+    hi = std::clamp(hi, 0, n);
+    b[r] = lo;
+    e[r] = std::max(lo, hi);
+  }
+}
+
+TEST_P(KernelsSet, scores_ranged_computes_what_rows_see_with_the_bits_of_scores) {
+  const cpu::KernelSet& ks = *ks_;
+  ASSERT_NE(ks.scores_ranged, nullptr) << ks.name;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  const float kUntouched = -12345.5f;
+  const int dims[] = {1, 3, 16, 17, 64, 80, 128};
+  for (int trial = 0; trial < 120; ++trial) {
+    const int rows = 1 + static_cast<int>(rng() % static_cast<unsigned>(ks.br));
+    const int n = 1 + static_cast<int>(rng() % static_cast<unsigned>(ks.bc));
+    const int d = dims[rng() % (sizeof dims / sizeof dims[0])];
+    const int bc_pad = round_up(n, ks.nr);
+    std::vector<float> q(static_cast<std::size_t>(rows) * d), k(static_cast<std::size_t>(n) * d);
+    for (auto* x : {&q, &k})
+      for (float& v : *x) v = normal(rng);
+    std::vector<const float*> kp(n);
+    for (int j = 0; j < n; ++j) kp[j] = k.data() + static_cast<std::size_t>(j) * d;
+    std::vector<float> kt(static_cast<std::size_t>(d) * bc_pad);
+    ks.pack_kt(kp.data(), n, d, kt.data(), bc_pad);
+    std::vector<int> b, e;
+    make_ranges(rng, trial % 4, rows, n, b, e);
+
+    std::vector<float> full(static_cast<std::size_t>(rows) * bc_pad), part(full.size(), kUntouched);
+    ks.scores(q.data(), rows, d, kt.data(), bc_pad, full.data());
+    ks.scores_ranged(q.data(), rows, d, kt.data(), bc_pad, part.data(), b.data(), e.data());
+
+    const std::string what = std::string(ks.name) + " trial " + std::to_string(trial) + " rows " +
+                             std::to_string(rows) + " n " + std::to_string(n) + " d " + std::to_string(d);
+    for (int r0 = 0; r0 < rows; r0 += ks.mr) {
+      const int r1 = std::min(rows, r0 + ks.mr);
+      // The strip's union of keys, in whole vectors.
+      int lo = bc_pad, hi = 0;
+      for (int r = r0; r < r1; ++r)
+        if (b[r] < e[r]) lo = std::min(lo, b[r]), hi = std::max(hi, e[r]);
+      const int v0 = lo / ks.w * ks.w, v1 = std::min(bc_pad, round_up(hi, ks.w));
+      for (int r = r0; r < r1; ++r)
+        for (int j = 0; j < bc_pad; ++j) {
+          const std::size_t at = static_cast<std::size_t>(r) * bc_pad + j;
+          if (j >= b[r] && j < e[r]) {
+            ASSERT_EQ(bits(part[at]), bits(full[at])) << what << " row " << r << " key " << j;
+          } else if (j < v0 || j >= v1) {
+            ASSERT_EQ(bits(part[at]), bits(kUntouched)) << what << " row " << r << " key " << j << " was written";
+          }
+        }
+    }
+  }
+}
+
+std::string isa_param_name(const ::testing::TestParamInfo<Isa>& info) { return isa_name(info.param); }
+
+INSTANTIATE_TEST_SUITE_P(Isa, KernelsSet, ::testing::ValuesIn(compiled_isas()), isa_param_name);
+
+}  // namespace
+}  // namespace sdpa
