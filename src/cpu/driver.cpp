@@ -69,19 +69,6 @@ namespace {
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 std::int64_t round_up(std::int64_t a, std::int64_t b) { return ceil_div(a, b) * b; }
 
-// Whether a[0, n) holds no Inf or NaN: an exponent test OR-ed over the row,
-// without an early exit, so the compiler vectorises it (every row of every
-// block takes it).
-bool all_finite(const float* a, std::int64_t n) {
-  std::uint32_t bad = 0;
-  for (std::int64_t c = 0; c < n; ++c) {
-    std::uint32_t u;
-    std::memcpy(&u, a + c, sizeof u);
-    bad |= static_cast<std::uint32_t>((u & 0x7f800000u) == 0x7f800000u);
-  }
-  return bad == 0;
-}
-
 // Below this many (b, hk, block) items, keys are split into chunks so that
 // about kMinItems items exist. A constant, not the thread count: determinism.
 constexpr std::int64_t kMinItems = 64;
@@ -436,12 +423,18 @@ class Runner : TileOps {
     ps.seen = part[3] != 0.0f;
     return ps;
   }
+  // acc(c) gives the row's accumulator in double; acc_row, when given, holds
+  // the same values as float32 (the kernels then scale the row).
   template <class Acc>
-  void write_partial(float* part, double m, double l, bool seen, Acc acc) const {
+  void write_partial(float* part, double m, double l, bool seen, Acc acc, const float* acc_row = nullptr) const {
     std::memcpy(part, &m, sizeof m);
     part[2] = static_cast<float>(l);
     part[3] = seen ? 1.0f : 0.0f;
     const double inv = l > 0 ? 1.0 / l : 0.0;
+    if (acc_row) {
+      ks_.scale_row(acc_row, p_.dv, inv, part + kPartHead);
+      return;
+    }
     for (std::int64_t c = 0; c < p_.dv; ++c) part[kPartHead + c] = static_cast<float>(acc(c) * inv);
   }
 
@@ -470,7 +463,7 @@ class Runner : TileOps {
   // empty (O = 0, lse = -inf); a row that sees keys whose scores are all -inf
   // (from Inf in the data) is NaN, as softmax over those scores is.
   template <class Acc>
-  void finish_row(const Block& bl, int rr, double m, double l, bool seen, Acc acc) {
+  void finish_row(const Block& bl, int rr, double m, double l, bool seen, Acc acc, const float* acc_row = nullptr) {
     const std::int64_t i = query(bl, rr), h = head(bl, rr);
     Final f = with_sink(bl, rr, m, l);
     void* o = p_.o.addr(bl.b, h, p_.q_row(bl.b, i));
@@ -479,7 +472,10 @@ class Runner : TileOps {
     const double inv = empty ? 0.0 : f.acc_scale / f.l;
     if (p_.o.dtype == DType::f32) {
       float* of = static_cast<float*>(o);
-      for (std::int64_t c = 0; c < p_.dv; ++c) of[c] = empty ? 0.0f : static_cast<float>(acc(c) * inv);
+      if (acc_row && !empty)
+        ks_.scale_row(acc_row, p_.dv, inv, of);
+      else
+        for (std::int64_t c = 0; c < p_.dv; ++c) of[c] = empty ? 0.0f : static_cast<float>(acc(c) * inv);
     } else {
       // 16-bit O: rounded from the float32 result, as a float32 computation
       // stored to 16 bits would be.
@@ -853,7 +849,7 @@ class Runner : TileOps {
   // Whether rows v[0, n) of a V tile hold only finite values (dv of each).
   bool tile_finite(const float* const* v, int n) const {
     for (int j = 0; j < n; ++j)
-      if (!all_finite(v[j], p_.dv)) return false;
+      if (!ks_.all_finite(v[j], p_.dv)) return false;
     return true;
   }
 
@@ -881,14 +877,14 @@ class Runner : TileOps {
     bool any_exact = false;
     for (int rr = 0; rr < bl.nr; ++rr) {
       const float* a = acc + rr * dv_pad;
-      const bool finite = std::isfinite(m[rr]) && std::isfinite(l[rr]) && all_finite(a, p_.dv);
+      const bool finite = std::isfinite(m[rr]) && std::isfinite(l[rr]) && ks_.all_finite(a, p_.dv);
       const bool empty = m[rr] == kNegInf && !sees_key(bl, rr, kb, ke);
       if (finite || empty) {
         auto acc_f = [&](std::int64_t c) { return static_cast<double>(a[c]); };
         if (bl.g->pl.splits > 1)
-          write_partial(partial(bl, split, rr), m[rr], l[rr], !empty, acc_f);
+          write_partial(partial(bl, split, rr), m[rr], l[rr], !empty, acc_f, a);
         else
-          finish_row(bl, rr, m[rr], l[rr], !empty, acc_f);
+          finish_row(bl, rr, m[rr], l[rr], !empty, acc_f, a);
         continue;
       }
       const ExactRow x = exact_row(bl, rr, kb, ke, exact);

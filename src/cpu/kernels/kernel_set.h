@@ -43,6 +43,12 @@ struct KernelSet {
   // kt[c*bc_pad + j] = k[j][c] for j < n, c < d; columns n..bc_pad are 0.
   void (*pack_kt)(const float* const* k, int n, int d, float* kt, int bc_pad);
 
+  // out[c] = float(double(x[c]) * inv) for c < n: a row's float32 output
+  // from its accumulator, the same bits as that scalar expression.
+  void (*scale_row)(const float* x, std::int64_t n, double inv, float* out);
+  // Whether x[0, n) holds only finite values.
+  bool (*all_finite)(const float* x, std::int64_t n);
+
   // S [rows x bc_pad] = Qs [rows x d] · Kt [d x bc_pad].
   void (*scores)(const float* qs, int rows, int d, const float* kt, int bc_pad, float* s);
   // scores() on a tile whose rows see keys [row_begin[r], row_end[r]): each

@@ -585,7 +585,29 @@ static void softcap(float* s, int rows, int bc_pad, float c) {
 #include "cpu/kernels/convert.inl"
 #include "cpu/kernels/direct_storage.inl"
 
+// ---- A row's output ------------------------------------------------------------
+
+// out[c] = float(double(x[c]) * inv): rounded once from double, as the
+// scalar expression is; the loop is left to the compiler to vectorize with
+// this set's flags.
+static void scale_row(const float* __restrict x, std::int64_t n, double inv, float* __restrict out) {
+  for (std::int64_t c = 0; c < n; ++c) out[c] = static_cast<float>(static_cast<double>(x[c]) * inv);
+}
+
+// Whether x[0, n) holds only finite values (exponent bits not all ones).
+static bool all_finite_row(const float* x, std::int64_t n) {
+  std::uint32_t bad = 0;
+  for (std::int64_t c = 0; c < n; ++c) {
+    std::uint32_t u;
+    __builtin_memcpy(&u, x + c, sizeof u);
+    bad |= static_cast<std::uint32_t>((u & 0x7f800000u) == 0x7f800000u);
+  }
+  return bad == 0;
+}
+
 static void fill_kernel_set(KernelSet& ks) {
+  ks.scale_row = scale_row;
+  ks.all_finite = all_finite_row;
   ks.to_f32 = convert_to_f32;
   ks.dequant_i8 = dequant_i8;
   ks.scores_direct_st = scores_direct_st;
