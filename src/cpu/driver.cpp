@@ -30,7 +30,8 @@
 // keys to one interval, so a block visits only the union of its rows'
 // intervals: tiles wholly outside are never computed, tiles every row sees
 // wholly run unmasked, and only tiles that straddle an edge are masked, where
-// PV reads for each row only the keys it may see. An explicit mask, ALiBi and
+// each strip of MR rows computes S only in the column vectors its rows see
+// (scores_ranged) and PV reads only the keys they may see. An explicit mask, ALiBi and
 // the softcap are applied to each visited score tile (never stored N x N).
 //
 // Split-KV (flash-decoding): when the (b, hk, block) items are too few to keep
