@@ -24,7 +24,8 @@
 // sweeps Kt (32 KiB), and packing Kt costs d*BC moves per tile against
 // BR*BC*d FMAs, 1/192 of the work. Measured at N=4096, d=128, 2 threads:
 // BR = 96 -> 192 took AVX2 from 69.5% to 77.4% of the FMA peak and AVX-512
-// from 63.5% to 71.7%.
+// from 63.5% to 71.7%. At d <= 64 the plan doubles BC (make_plan): the same
+// memory as d = 128's, half the products per key.
 //
 // Masks. Causal frontier, sliding window and key padding each cut every row's
 // keys to one interval, so a block visits only the union of its rows'
