@@ -1,5 +1,5 @@
-// The float32 tile kernels of every compiled set that this CPU runs, against
-// each other: scores_ranged (the scores of a tile whose rows see different
+// Which kernel sets are filled in, and the float32 tile kernels of every
+// compiled set that this CPU runs, against each other: scores_ranged (the scores of a tile whose rows see different
 // keys) gives scores()' bits wherever a row sees a key, and leaves every
 // column vector that no row of its strip sees as it was.
 #include <gtest/gtest.h>
@@ -23,6 +23,24 @@ std::uint32_t bits(float f) {
   std::uint32_t u;
   std::memcpy(&u, &f, 4);
   return u;
+}
+
+// A set's kernels are there exactly when the CPU runs its ISA: the fill
+// function of a set the CPU lacks is never called (it may hold that ISA's
+// instructions), so its kernels stay null.
+TEST(KernelSets, filled_in_only_where_the_cpu_runs_them) {
+  for (Isa isa : compiled_isas()) {
+    const cpu::KernelSet& ks = cpu::kernels_for(isa);
+    EXPECT_EQ(ks.isa, isa);
+    const bool filled = ks.scores && ks.scores_ranged && ks.pv && ks.softmax_step && ks.pack_kt && ks.scale_row &&
+                        ks.all_finite && ks.to_f32;
+    const bool none = !ks.scores && !ks.scores_ranged && !ks.pv && !ks.softmax_step && !ks.pack_kt &&
+                      !ks.scale_row && !ks.all_finite && !ks.to_f32;
+    if (isa_supported(isa))
+      EXPECT_TRUE(filled) << ks.name;
+    else
+      EXPECT_TRUE(none) << ks.name << " was filled in on a CPU without it";
+  }
 }
 
 class KernelsSet : public ::testing::TestWithParam<Isa> {

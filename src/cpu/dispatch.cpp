@@ -152,6 +152,10 @@ constexpr int kKernelSets = 0
 #undef SDPA_KERNEL
     ;
 
+// Every compiled set's sizes; its kernels only where the CPU runs them. A
+// set's fill function is compiled with its ISA's flags, and the compiler may
+// use that ISA's instructions there too (storing the pointers with AVX-512
+// moves, say), so calling it on a CPU without the ISA would fault.
 struct Table {
   KernelSet sets[kKernelSets];
   int count = 0;
@@ -167,7 +171,7 @@ struct Table {
     ks.nr = (nv_) * (w_);                                  \
     ks.br = br_;                                           \
     ks.bc = bc_;                                           \
-    name_(ks);                                             \
+    if (::sdpa::isa_supported(isa_)) name_(ks);            \
   }
 #include "cpu/kernels/kernels.def"
 #undef SDPA_KERNEL
