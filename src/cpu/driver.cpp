@@ -709,9 +709,9 @@ class Runner : TileOps {
       // Only the columns rows see are computed; mask_tile sets the rest.
       tile_ranges(bl, t0, n, row_begin, row_end);
       ks_.scores_ranged(qs, bl.nr, d, packed, bc_pad, s, row_begin, row_end);
-    } else {
-      ks_.scores(qs, bl.nr, d, packed, bc_pad, s);
+      return finish_scores(bl, t0, n, bc_pad, s, row_begin, row_end, br, stage, true);
     }
+    ks_.scores(qs, bl.nr, d, packed, bc_pad, s);
     return finish_scores(bl, t0, n, bc_pad, s, row_begin, row_end, br, stage);
   }
 
@@ -767,13 +767,14 @@ class Runner : TileOps {
     return ks_.bf16_fast && ks_.pv_bf16 && p_.round_p && nr > kDirectRows && p_.v.dtype == DType::bf16;
   }
 
-  // The stages after scale·q·k: softcap, then masks.
+  // The stages after scale·q·k: softcap, then masks. ranges_set: row_begin
+  // and row_end already hold the tile's ranges (tile_ranges).
   bool finish_scores(const Block& bl, std::int64_t t0, int n, int bc_pad, float* s, int* row_begin, int* row_end,
-                     const BlockRange& br, ScoresStage stage) const {
+                     const BlockRange& br, ScoresStage stage, bool ranges_set = false) const {
     if (stage == ScoresStage::scaled) return false;
     if (p_.softcap > 0) ks_.softcap(s, bl.nr, bc_pad, static_cast<float>(p_.softcap));
     if (stage == ScoresStage::softcapped) return false;
-    return mask_tile(bl, t0, n, bc_pad, s, row_begin, row_end, br);
+    return mask_tile(bl, t0, n, bc_pad, s, row_begin, row_end, br, ranges_set);
   }
 
   // acc += P·V for one tile. With an explicit mask, a non-finite value at a

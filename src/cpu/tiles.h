@@ -186,11 +186,12 @@ class TileOps {
   // columns): entries outside a row's range, those the explicit mask disables
   // and the padding become -inf; the float mask and ALiBi are added. Returns
   // whether rows see different key ranges in this tile (then row_begin and
-  // row_end hold each row's [begin, end) within the tile).
+  // row_end hold each row's [begin, end) within the tile; ranges_set: they
+  // hold them already, from tile_ranges).
   bool mask_tile(const Rows& bl, std::int64_t t0, int n, int bc_pad, float* s, int* row_begin, int* row_end,
-                 const BlockRange& br) const {
+                 const BlockRange& br, bool ranges_set = false) const {
     const bool ranged = ranged_tile(t0, n, br);
-    if (ranged) tile_ranges(bl, t0, n, row_begin, row_end);
+    if (ranged && !ranges_set) tile_ranges(bl, t0, n, row_begin, row_end);
     for (int rr = 0; rr < bl.nr; ++rr) {
       float* row = s + static_cast<std::int64_t>(rr) * bc_pad;
       const int b = ranged ? row_begin[rr] : 0, e = ranged ? row_end[rr] : n;
