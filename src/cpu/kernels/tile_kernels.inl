@@ -38,7 +38,7 @@ static inline void scores_block(const float* qs, int d, const float* kt, int bc_
   Vec acc[M][NC];
 #pragma GCC unroll 8
   for (int m = 0; m < M; ++m)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int x = 0; x < NC; ++x) acc[m][x] = vzero();
   // Blocked summation: d is cut into chunks of kDotChunk, each summed from
   // zero in registers and then added to S. One FMA chain over all of d
@@ -50,23 +50,23 @@ static inline void scores_block(const float* qs, int d, const float* kt, int bc_
     if (c0 > 0) {
 #pragma GCC unroll 8
       for (int m = 0; m < M; ++m)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int x = 0; x < NC; ++x) acc[m][x] = vzero();
     }
     for (int c = c0; c < c1; ++c) {
       Vec b[NC];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int x = 0; x < NC; ++x) b[x] = vload(kt + static_cast<std::int64_t>(c) * bc_pad + x * W);
 #pragma GCC unroll 8
       for (int m = 0; m < M; ++m) {
         const Vec a = vset(qs[m * d + c]);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int x = 0; x < NC; ++x) acc[m][x] = vfma(a, b[x], acc[m][x]);
       }
     }
 #pragma GCC unroll 8
     for (int m = 0; m < M; ++m)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int x = 0; x < NC; ++x) {
         float* dst = s + m * bc_pad + x * W;
         vstore(dst, c0 > 0 ? vadd(vload(dst), acc[m][x]) : acc[m][x]);
@@ -75,7 +75,7 @@ static inline void scores_block(const float* qs, int d, const float* kt, int bc_
   if (d == 0) {
 #pragma GCC unroll 8
     for (int m = 0; m < M; ++m)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int x = 0; x < NC; ++x) vstore(s + m * bc_pad + x * W, acc[m][x]);
   }
 }
@@ -152,78 +152,6 @@ static void scores_ranged(const float* qs, int rows, int d, const float* kt, int
         default: scores_cols<5>(nc, qr, d, kc, bc_pad, sr); break;
       }
     }
-  }
-}
-
-// ---- S = Qs · Kᵀ read in place, for blocks of few rows (decode) -------------
-//
-// With 1-8 query rows per block, transposing each K tile would cost more than
-// the scores themselves. Instead M rows x 2 keys of dot products run along d,
-// one accumulator vector each (2*M <= 8 chains plus 2 key loads per step), and
-// are reduced across lanes once per key pair.
-
-template <int M>
-static inline void scores_direct_block(const float* qs, int d, const float* k0, const float* k1, float* s, int s_stride) {
-  Vec acc[M][2];
-#pragma GCC unroll 4
-  for (int m = 0; m < M; ++m) acc[m][0] = acc[m][1] = vzero();
-  // Each lane's chain is cut every kDirectChunk steps into a running total
-  // (blocked summation, as in scores_block).
-  constexpr int kDirectChunk = 8;
-  Vec tot[M][2];
-#pragma GCC unroll 4
-  for (int m = 0; m < M; ++m) tot[m][0] = tot[m][1] = vzero();
-  int c = 0, step = 0;
-  for (; c + W <= d; c += W) {
-    const Vec b0 = vload(k0 + c), b1 = vload(k1 + c);
-#pragma GCC unroll 4
-    for (int m = 0; m < M; ++m) {
-      const Vec a = vload(qs + m * d + c);
-      acc[m][0] = vfma(a, b0, acc[m][0]);
-      acc[m][1] = vfma(a, b1, acc[m][1]);
-    }
-    if (++step == kDirectChunk) {
-      step = 0;
-#pragma GCC unroll 4
-      for (int m = 0; m < M; ++m) {
-        tot[m][0] = vadd(tot[m][0], acc[m][0]);
-        tot[m][1] = vadd(tot[m][1], acc[m][1]);
-        acc[m][0] = acc[m][1] = vzero();
-      }
-    }
-  }
-#pragma GCC unroll 4
-  for (int m = 0; m < M; ++m) {
-    float t0 = hsum(vadd(tot[m][0], acc[m][0])), t1 = hsum(vadd(tot[m][1], acc[m][1]));
-    for (int cc = c; cc < d; ++cc) {
-      t0 += qs[m * d + cc] * k0[cc];
-      t1 += qs[m * d + cc] * k1[cc];
-    }
-    s[m * s_stride] = t0;
-    s[m * s_stride + 1] = t1;
-  }
-}
-
-template <int M>
-static void scores_direct_rows(const float* qs, int d, const float* const* k, int n, float* s, int s_stride) {
-  int j = 0;
-  for (; j + 2 <= n; j += 2) scores_direct_block<M>(qs, d, k[j], k[j + 1], s + j, s_stride);
-  if (j < n) {
-    float tail[M][2];
-    scores_direct_block<M>(qs, d, k[j], k[j], &tail[0][0], 2);
-#pragma GCC unroll 4
-    for (int m = 0; m < M; ++m) s[m * s_stride + j] = tail[m][0];
-  }
-}
-
-static void scores_direct(const float* qs, int rows, int d, const float* const* k, int n, float* s, int s_stride) {
-  int r = 0;
-  for (; r + 4 <= rows; r += 4) scores_direct_rows<4>(qs + r * d, d, k, n, s + r * s_stride, s_stride);
-  switch (rows - r) {
-    case 0: break;
-    case 1: scores_direct_rows<1>(qs + r * d, d, k, n, s + r * s_stride, s_stride); break;
-    case 2: scores_direct_rows<2>(qs + r * d, d, k, n, s + r * s_stride, s_stride); break;
-    default: scores_direct_rows<3>(qs + r * d, d, k, n, s + r * s_stride, s_stride); break;
   }
 }
 
@@ -336,23 +264,23 @@ static inline void pv_block(const float* p, int p_stride, const float* const* v,
 #pragma GCC unroll 8
   for (int m = 0; m < M; ++m) {
     const Vec sc = vset(alpha ? alpha[m] : 1.0f);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int x = 0; x < NV; ++x) a[m][x] = vmul(vload(acc + m * acc_stride + x * W), sc);
   }
   for (int j = j0; j < j1; ++j) {
     Vec b[NV];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int x = 0; x < NV; ++x) b[x] = vload(v[j] + c0 + x * W);
 #pragma GCC unroll 8
     for (int m = 0; m < M; ++m) {
       const Vec pm = vset(p[m * p_stride + j]);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int x = 0; x < NV; ++x) a[m][x] = vfma(pm, b[x], a[m][x]);
     }
   }
 #pragma GCC unroll 8
   for (int m = 0; m < M; ++m)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int x = 0; x < NV; ++x) vstore(acc + m * acc_stride + x * W, a[m][x]);
 }
 
@@ -362,6 +290,8 @@ template <int M>
 static void pv_strip(const float* p, int p_stride, const float* const* v, int j0, int j1, int dv_pad, float* acc,
                      const float* alpha, int c0, int c1) {
   int c = c0;
+  if (M == 1)
+    for (; c + 2 * NV * W <= c1; c += 2 * NV * W) pv_block<M, 2 * NV>(p, p_stride, v, c, j0, j1, acc + c, dv_pad, alpha);
   for (; c + NV * W <= c1; c += NV * W) pv_block<M, NV>(p, p_stride, v, c, j0, j1, acc + c, dv_pad, alpha);
   for (; c < c1; c += W) pv_block<M, 1>(p, p_stride, v, c, j0, j1, acc + c, dv_pad, alpha);
 }
@@ -424,23 +354,23 @@ static inline void pvt_block(const float* p, int p_stride, const float* const* v
   Vec a[M][NV_];
 #pragma GCC unroll 8
   for (int m = 0; m < M; ++m)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int x = 0; x < NV_; ++x) a[m][x] = vload(acc + m * acc_stride + x * W);
   for (int j = 0; j < n; ++j) {
     Vec b[NV_];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int x = 0; x < NV_; ++x) b[x] = vload(v[j] + c0 + x * W);
     const float* pj = p + static_cast<std::int64_t>(j) * p_stride;
 #pragma GCC unroll 8
     for (int m = 0; m < M; ++m) {
       const Vec pm = vset(pj[m]);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int x = 0; x < NV_; ++x) a[m][x] = vfma(pm, b[x], a[m][x]);
     }
   }
 #pragma GCC unroll 8
   for (int m = 0; m < M; ++m)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int x = 0; x < NV_; ++x) vstore(acc + m * acc_stride + x * W, a[m][x]);
 }
 
