@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -132,6 +134,59 @@ TEST_P(KernelsSet, scores_ranged_computes_what_rows_see_with_the_bits_of_scores)
             ASSERT_EQ(bits(part[at]), bits(kUntouched)) << what << " row " << r << " key " << j << " was written";
           }
         }
+    }
+  }
+}
+
+// softmax_step over per-row column spans: on rows whose entries outside
+// their span are -inf, the same bits as over whole rows (in s, m, l and
+// alpha), and nothing outside a span is read or written.
+TEST_P(KernelsSet, softmax_step_on_column_spans_gives_the_bits_of_whole_rows) {
+  const cpu::KernelSet& ks = *ks_;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  const float kNegInf = -std::numeric_limits<float>::infinity();
+  const float kGarbage = std::numeric_limits<float>::quiet_NaN();
+  for (int trial = 0; trial < 200; ++trial) {
+    const int rows = 1 + static_cast<int>(rng() % static_cast<unsigned>(ks.br));
+    const int n = 1 + static_cast<int>(rng() % static_cast<unsigned>(ks.bc));
+    const int bc_pad = round_up(n, ks.nr);
+    std::vector<int> b, e, cb(rows), ce(rows);
+    make_ranges(rng, trial % 4, rows, n, b, e);
+    std::vector<float> whole(static_cast<std::size_t>(rows) * bc_pad), spans(whole.size());
+    std::vector<float> m0(rows), l0(rows);
+    for (int r = 0; r < rows; ++r) {
+      // A span of whole vectors around the row's range, sometimes wider, sometimes empty.
+      const int lo = std::max(0, b[r] / ks.w * ks.w - (rng() % 3 == 0 ? ks.w : 0));
+      const int hi = std::min(bc_pad, round_up(e[r], ks.w) + (rng() % 3 == 0 ? ks.w : 0));
+      cb[r] = lo;
+      ce[r] = std::max(lo, hi);
+      if (b[r] == e[r] && rng() % 2 == 0) cb[r] = ce[r] = 0;
+      // Rows that have seen keys before (m finite) and rows still empty.
+      m0[r] = rng() % 3 == 0 ? kNegInf : normal(rng);
+      l0[r] = m0[r] == kNegInf ? 0.0f : 1.0f + std::abs(normal(rng));
+      for (int j = 0; j < bc_pad; ++j) {
+        const std::size_t at = static_cast<std::size_t>(r) * bc_pad + j;
+        whole[at] = j >= b[r] && j < e[r] ? 3.0f * normal(rng) : kNegInf;
+        spans[at] = j >= cb[r] && j < ce[r] ? whole[at] : kGarbage;
+      }
+    }
+    std::vector<float> m1 = m0, l1 = l0, a1(rows), m2 = m0, l2 = l0, a2(rows);
+    const std::vector<float> before = spans;
+    ks.softmax_step(whole.data(), rows, bc_pad, m1.data(), l1.data(), a1.data(), nullptr, nullptr);
+    ks.softmax_step(spans.data(), rows, bc_pad, m2.data(), l2.data(), a2.data(), cb.data(), ce.data());
+    const std::string what = std::string(ks.name) + " trial " + std::to_string(trial);
+    for (int r = 0; r < rows; ++r) {
+      ASSERT_EQ(bits(m1[r]), bits(m2[r])) << what << " m of row " << r;
+      ASSERT_EQ(bits(l1[r]), bits(l2[r])) << what << " l of row " << r;
+      ASSERT_EQ(bits(a1[r]), bits(a2[r])) << what << " alpha of row " << r;
+      for (int j = 0; j < bc_pad; ++j) {
+        const std::size_t at = static_cast<std::size_t>(r) * bc_pad + j;
+        if (j >= cb[r] && j < ce[r])
+          ASSERT_EQ(bits(spans[at]), bits(whole[at])) << what << " row " << r << " key " << j;
+        else
+          ASSERT_EQ(bits(spans[at]), bits(before[at])) << what << " row " << r << " key " << j << " was written";
+      }
     }
   }
 }

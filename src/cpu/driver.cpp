@@ -326,6 +326,15 @@ const float** tile_rows() {
   return rows;
 }
 
+// A ranged tile's columns, per row of the block (float32 prefill): ub and
+// ue, the union of the keys its MR-row strip sees; sb and se, that union
+// rounded out to whole vectors, the columns scores_ranged computes for the
+// strip. Masking, the softmax step and P·V then touch only those.
+struct Spans {
+  int ub[kMaxBlockRows], ue[kMaxBlockRows], sb[kMaxBlockRows], se[kMaxBlockRows];
+  bool set = false;
+};
+
 // A block of rows of one (b, hk) and the group whose plan it follows.
 struct Block : Rows {
   Group* g;
@@ -674,9 +683,11 @@ class Runner : TileOps {
   // Scores of keys [t0, t0+n) up to `stage`, invisible entries -inf (from
   // `masked` on). Returns whether rows see different key ranges in this tile
   // (then row_begin/row_end hold them).
+  // With `spans`, a ranged float32 tile without an explicit mask or ALiBi
+  // fills them and is masked within them only (spans->set).
   bool score_tile(const Block& bl, const float* qs, const std::uint16_t* q2, std::int64_t t0, int n, int bc_pad,
                   float* kt, float* s, int* row_begin, int* row_end, const BlockRange& br,
-                  ScoresStage stage = ScoresStage::masked) {
+                  ScoresStage stage = ScoresStage::masked, Spans* spans = nullptr) {
     if (q2) {
       // bfloat16 Q and K on bf16 products (q2: the block's packed Q).
       const std::uint16_t** k = bf16_rows(p_.k, bl, t0, n);
@@ -709,6 +720,10 @@ class Runner : TileOps {
       // Only the columns rows see are computed; mask_tile sets the rest.
       tile_ranges(bl, t0, n, row_begin, row_end);
       ks_.scores_ranged(qs, bl.nr, d, packed, bc_pad, s, row_begin, row_end);
+      if (spans && !p_.mask.data && !p_.alibi.data) {
+        strip_spans(bl.nr, bc_pad, row_begin, row_end, *spans);
+        return finish_scores(bl, t0, n, bc_pad, s, row_begin, row_end, br, stage, true, spans);
+      }
       return finish_scores(bl, t0, n, bc_pad, s, row_begin, row_end, br, stage, true);
     }
     ks_.scores(qs, bl.nr, d, packed, bc_pad, s);
@@ -770,11 +785,36 @@ class Runner : TileOps {
   // The stages after scale·q·k: softcap, then masks. ranges_set: row_begin
   // and row_end already hold the tile's ranges (tile_ranges).
   bool finish_scores(const Block& bl, std::int64_t t0, int n, int bc_pad, float* s, int* row_begin, int* row_end,
-                     const BlockRange& br, ScoresStage stage, bool ranges_set = false) const {
+                     const BlockRange& br, ScoresStage stage, bool ranges_set = false, const Spans* spans = nullptr) const {
     if (stage == ScoresStage::scaled) return false;
     if (p_.softcap > 0) ks_.softcap(s, bl.nr, bc_pad, static_cast<float>(p_.softcap));
     if (stage == ScoresStage::softcapped) return false;
-    return mask_tile(bl, t0, n, bc_pad, s, row_begin, row_end, br, ranges_set);
+    return mask_tile(bl, t0, n, bc_pad, s, row_begin, row_end, br, ranges_set, spans ? spans->sb : nullptr,
+                     spans ? spans->se : nullptr);
+  }
+
+  // The strips of a ranged tile (see Spans): per MR-row strip, the union of
+  // its rows' ranges, and that union rounded out to whole vectors.
+  void strip_spans(int nr, int bc_pad, const int* row_begin, const int* row_end, Spans& sp) const {
+    const int w = ks_.w;
+    for (int r0 = 0; r0 < nr; r0 += ks_.mr) {
+      const int r1 = std::min(nr, r0 + ks_.mr);
+      int b = bc_pad, e = 0;  // rows that see none of these keys add nothing
+      for (int rr = r0; rr < r1; ++rr)
+        if (row_begin[rr] < row_end[rr]) {
+          b = std::min(b, row_begin[rr]);
+          e = std::max(e, row_end[rr]);
+        }
+      if (b > e) b = e = 0;
+      const int vb = b / w * w, ve = std::min(bc_pad, (e + w - 1) / w * w);
+      for (int rr = r0; rr < r1; ++rr) {
+        sp.ub[rr] = b;
+        sp.ue[rr] = e;
+        sp.sb[rr] = vb;
+        sp.se[rr] = ve;
+      }
+    }
+    sp.set = true;
   }
 
   // acc += P·V for one tile. With an explicit mask, a non-finite value at a
@@ -782,7 +822,7 @@ class Runner : TileOps {
   // tile runs on a copy of V with those values zeroed, and each is then added
   // by hand to exactly the rows that see its key.
   void pv_tile(const Block& bl, std::int64_t t0, int n, int bc_pad, const float* s, float* vp, float* acc,
-               const float* alpha, const int* row_begin, const int* row_end) {
+               const float* alpha, const int* row_begin, const int* row_end, const Spans* spans = nullptr) {
     const std::int64_t dv_pad = bl.g->pl.dv_pad;
     if (bl.nr <= kDirectRows && stored_ok(p_.v) && !row_end && !p_.mask.data) {
       // Decode with V as stored. (An explicit mask or per-row key ranges take
@@ -832,23 +872,13 @@ class Runner : TileOps {
       // rather than the keys all of them see plus one-row strips for the
       // rest (a fraction of the FMA rate). The sums are the same: the same
       // keys in the same order, plus zeros.
-      thread_local int wide_begin[kMaxBlockRows], wide_end[kMaxBlockRows];
-      for (int r0 = 0; r0 < bl.nr; r0 += ks_.mr) {
-        const int r1 = std::min(bl.nr, r0 + ks_.mr);
-        int b = n, e = 0;  // rows that see none of these keys add nothing
-        for (int rr = r0; rr < r1; ++rr)
-          if (row_begin[rr] < row_end[rr]) {
-            b = std::min(b, row_begin[rr]);
-            e = std::max(e, row_end[rr]);
-          }
-        if (b > e) b = e = 0;
-        for (int rr = r0; rr < r1; ++rr) {
-          wide_begin[rr] = b;
-          wide_end[rr] = e;
-        }
+      thread_local Spans wide;
+      if (!spans || !spans->set) {
+        strip_spans(bl.nr, n, row_begin, row_end, wide);
+        spans = &wide;
       }
-      row_begin = wide_begin;
-      row_end = wide_end;
+      row_begin = spans->ub;
+      row_end = spans->ue;
     }
     ks_.pv(s, bl.nr, n, bc_pad, v, static_cast<int>(dv_pad), acc, alpha, row_begin, row_end);
     if (!sanitize) return;
@@ -936,12 +966,15 @@ class Runner : TileOps {
                  int* row_end, const BlockRange& range, const Block* ahead, std::int64_t ahead_t0,
                  std::int64_t ahead_n) {
     if (ahead) prefetch_tile(*ahead, ahead_t0, ahead_n, &p_.k);
-    const bool ranged = score_tile(bl, qs, q2, t0, n, bc_pad, kt, s, row_begin, row_end, range);
-    ks_.softmax_step(s, bl.nr, bc_pad, m, l, alpha);
+    thread_local Spans spans;
+    spans.set = false;
+    const bool ranged =
+        score_tile(bl, qs, q2, t0, n, bc_pad, kt, s, row_begin, row_end, range, ScoresStage::masked, &spans);
+    ks_.softmax_step(s, bl.nr, bc_pad, m, l, alpha, spans.set ? spans.sb : nullptr, spans.set ? spans.se : nullptr);
     if (p_.dropout) drop_tile(bl, t0, n, bc_pad, s);
     if (p_.round_p && !bf16_pv(bl.nr)) round_p_tile(s, bl.nr, bc_pad);  // pv_bf16 rounds P itself
     if (ahead) prefetch_tile(*ahead, ahead_t0, ahead_n, &p_.v);
-    pv_tile(bl, t0, n, bc_pad, s, vp, acc, alpha, ranged ? row_begin : nullptr, ranged ? row_end : nullptr);
+    pv_tile(bl, t0, n, bc_pad, s, vp, acc, alpha, ranged ? row_begin : nullptr, ranged ? row_end : nullptr, &spans);
   }
 
   // Plan::all_heads: the decode blocks of every K/V head of batch entry
@@ -1070,7 +1103,7 @@ class Runner : TileOps {
       for (std::int64_t hk = 0; hk < hkv; ++hk) {
         float* s = s_of(hk);
         finish_scores(blocks[hk], t0, n, bc_pad, s, row_begin, row_end, range, ScoresStage::masked);
-        ks_.softmax_step(s, nr, bc_pad, m_of(hk), l_of(hk), alpha_of(hk));
+        ks_.softmax_step(s, nr, bc_pad, m_of(hk), l_of(hk), alpha_of(hk), nullptr, nullptr);
         if (p_.dropout) drop_tile(blocks[hk], t0, n, bc_pad, s);
         if (p_.round_p) round_p_tile(s, nr, bc_pad);
       }

@@ -188,16 +188,24 @@ class TileOps {
   // whether rows see different key ranges in this tile (then row_begin and
   // row_end hold each row's [begin, end) within the tile; ranges_set: they
   // hold them already, from tile_ranges).
+  //
+  // span_begin and span_end (a ranged tile without an explicit mask or ALiBi)
+  // limit each row to columns [span_begin[rr], span_end[rr]), which hold its
+  // range: only those are set, the rest are never read after.
   bool mask_tile(const Rows& bl, std::int64_t t0, int n, int bc_pad, float* s, int* row_begin, int* row_end,
-                 const BlockRange& br, bool ranges_set = false) const {
+                 const BlockRange& br, bool ranges_set = false, const int* span_begin = nullptr,
+                 const int* span_end = nullptr) const {
     const bool ranged = ranged_tile(t0, n, br);
+    const bool modify = p_.mask.data || p_.alibi.data;
+    if (!ranged && !modify && n == bc_pad) return false;  // every row sees every key: nothing to set
     if (ranged && !ranges_set) tile_ranges(bl, t0, n, row_begin, row_end);
     for (int rr = 0; rr < bl.nr; ++rr) {
       float* row = s + static_cast<std::int64_t>(rr) * bc_pad;
       const int b = ranged ? row_begin[rr] : 0, e = ranged ? row_end[rr] : n;
-      if (p_.mask.data || p_.alibi.data) modify_row(bl, rr, t0, n, row);
-      for (int j = 0; j < b; ++j) row[j] = kNegInf;
-      for (int j = e; j < bc_pad; ++j) row[j] = kNegInf;
+      if (modify) modify_row(bl, rr, t0, n, row);
+      const int lo = span_begin ? span_begin[rr] : 0, hi = span_end ? span_end[rr] : bc_pad;
+      for (int j = lo; j < b; ++j) row[j] = kNegInf;
+      for (int j = e > lo ? e : lo; j < hi; ++j) row[j] = kNegInf;
     }
     return ranged;
   }

@@ -66,8 +66,13 @@ struct KernelSet {
   // Per row r: m_new = max(m[r], max_j s[r,j]) (NaN is sticky), alpha[r] =
   // exp(m[r] - m_new), s[r,j] <- exp(s[r,j] - m_new), l[r] = l[r]*alpha[r] +
   // sum_j s[r,j], m[r] = m_new. A row with nothing visible yet keeps m = -inf,
-  // gets s = 0, alpha = 0 (its accumulator is 0 anyway).
-  void (*softmax_step)(float* s, int rows, int bc_pad, float* m, float* l, float* alpha);
+  // gets s = 0, alpha = 0 (its accumulator is 0 anyway). With col_begin and
+  // col_end (multiples of the vector width), row r reads and writes only
+  // columns [col_begin[r], col_end[r]): those outside hold -inf, or are never
+  // read after, and are left as they are; the results are the same bits as
+  // over the whole row.
+  void (*softmax_step)(float* s, int rows, int bc_pad, float* m, float* l, float* alpha, const int* col_begin,
+                       const int* col_end);
 
   // acc [rows x dv_pad] = acc * alpha[row] + P [rows x n] · V [n x dv_pad].
   // P rows are `p_stride` apart; v[j] holds dv_pad readable floats. With row_begin and

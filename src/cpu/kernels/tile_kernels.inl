@@ -195,22 +195,28 @@ static inline float exp2_scalar(float t) {
 // different rows in flight together.
 inline constexpr int kSoftmaxRows = 16;
 
-static void softmax_step(float* s, int rows, int bc_pad, float* m, float* l, float* alpha) {
+static void softmax_step(float* s, int rows, int bc_pad, float* m, float* l, float* alpha, const int* col_begin,
+                         const int* col_end) {
   const float kNegInf = -__builtin_inff();
   for (int r0 = 0; r0 < rows; r0 += kSoftmaxRows) {
     const int g = min_int(kSoftmaxRows, rows - r0);
     float mu[kSoftmaxRows], m_new[kSoftmaxRows], sums[kSoftmaxRows], arg[kSoftmaxRows + W];
+    int cb[kSoftmaxRows], ce[kSoftmaxRows];
+    for (int r = 0; r < g; ++r) {
+      cb[r] = col_begin ? col_begin[r0 + r] : 0;
+      ce[r] = col_end ? col_end[r0 + r] : bc_pad;
+    }
     for (int r = 0; r < g; ++r) {
       const float* row = s + static_cast<std::int64_t>(r0 + r) * bc_pad;
       Vec mx = vset(kNegInf);
-      for (int j = 0; j < bc_pad; j += W) mx = vmax(mx, vload(row + j));
+      for (int j = cb[r]; j < ce[r]; j += W) mx = vmax(mx, vload(row + j));
       const float m_old = m[r0 + r];
       const float m_tile = hmax(mx);
       float mn = m_old != m_old ? m_old : (m_tile > m_old ? m_tile : m_old);
       if (mn == kNegInf) {
         // Nothing finite seen: either the row is still empty or the max skipped a
         // NaN. A NaN must reach the output, so make it the row's max.
-        for (int j = 0; j < bc_pad; ++j)
+        for (int j = cb[r]; j < ce[r]; ++j)
           if (row[j] != row[j]) mn = row[j];
       }
       m_new[r] = mn;
@@ -221,7 +227,9 @@ static void softmax_step(float* s, int rows, int bc_pad, float* m, float* l, flo
       float* row = s + static_cast<std::int64_t>(r0 + r) * bc_pad;
       const Vec vmu = vset(mu[r]);
       Vec sum = vzero();
-      for (int j = 0; j < bc_pad; j += W) {
+      // Columns outside [cb, ce) would add exp(-inf) = +0 to each lane: the
+      // sums are the same without them.
+      for (int j = cb[r]; j < ce[r]; j += W) {
         // exp(s - m): s - m <= 0 cannot overflow, unlike s*log2(e) near FLT_MAX.
         const Vec p = vexp_diff(vsub(vload(row + j), vmu));
         vstore(row + j, p);
