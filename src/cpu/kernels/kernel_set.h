@@ -24,6 +24,23 @@ struct StoredRows {
   std::int64_t prefetch;
   int row_bytes;              // bytes of one row's values (and, int8, of its scales: scale_bytes)
   int scale_bytes;
+  // The all-heads kernels (scores_heads_st, pv_heads_st): rows to request as
+  // key j is read, ahead[j] (ahead_bytes of each head's row, and its scales at
+  // ahead_scales[j]); nullptr (the array or an entry) requests nothing.
+  const void* const* ahead;
+  const void* const* ahead_scales;
+  int ahead_bytes;
+  int ahead_scale_bytes;
+};
+
+// Every K/V head of a decode item at once (the driver's Plan::all_heads, a
+// paged cache): head h's key (value) rows are the given rows plus
+// h*row_bytes bytes, its scales plus h*scale_bytes; its Q rows, S, acc and
+// alpha are the given ones plus h times q, s, acc and alpha floats.
+struct HeadSteps {
+  int heads;
+  std::int64_t row_bytes, scale_bytes;
+  std::int64_t q, s, acc, alpha;
 };
 
 struct KernelSet {
@@ -119,6 +136,16 @@ struct KernelSet {
   void (*scores_direct_st)(const float* qs, int rows, int d, const StoredRows& k, int n, float* s, int s_stride);
   void (*pv_direct_st)(const float* p, int rows, int n, int p_stride, const StoredRows& v, int dv, float* acc,
                        int acc_stride, const float* alpha);
+  // The same for every head of `hs` (float16, bfloat16, int8), keys taken a few at a time and, for each few, head after head:
+  // where a key's rows for all heads lie side by side, each key's memory is
+  // read as one stream rather than a piece of it per pass over the keys.
+  // Each head gets the bits scores_direct_st (pv_direct_st) gives it alone;
+  // alpha is applied once, as there. Rows k.ahead[j] (all heads' pieces)
+  // are requested as key j is read.
+  void (*scores_heads_st)(const float* qs, int rows, int d, const StoredRows& k, int n, float* s, int s_stride,
+                          const HeadSteps& hs);
+  void (*pv_heads_st)(const float* p, int rows, int n, int p_stride, const StoredRows& v, int dv, float* acc,
+                      int acc_stride, const float* alpha, const HeadSteps& hs);
 
   // ---- bfloat16 storage: dot products of bf16 pairs (AVX512-BF16, AMX) -----
   // Set by kernel sets whose CPU has a bf16 dot product, nullptr in every

@@ -550,6 +550,8 @@ static void fill_kernel_set(KernelSet& ks) {
   ks.dequant_i8 = dequant_i8;
   ks.scores_direct_st = scores_direct_st;
   ks.pv_direct_st = pv_direct_st;
+  ks.scores_heads_st = scores_heads_st;
+  ks.pv_heads_st = pv_heads_st;
   ks.pack_kt = pack_kt_generic;
   ks.scores = scores;
   ks.scores_ranged = scores_ranged;
