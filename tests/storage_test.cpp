@@ -583,11 +583,12 @@ TEST_P(PerIsa, int8_paged_cache_matches_the_oracle) {
   }
 }
 
-// Decode over a paged cache in float16, bfloat16 and int8 (the all-heads
-// kernels: each key's rows for every head read together) against the same
-// keys in a contiguous cache (the per-head kernels): bit for bit, for MHA and
-// GQA, d with and without a partial vector, lengths that end mid-page and
-// mid-tile, shuffled pages.
+// Decode over a paged cache in float32, float16, bfloat16 and int8 (the
+// all-heads kernels: each key's rows for every head read together; float32 V
+// rows of a partial vector take runs of keys) against the same keys in a
+// contiguous cache (the per-head kernels): bit for bit, for MHA and GQA, d
+// with and without a partial vector, lengths that end mid-page and mid-tile,
+// shuffled pages.
 TEST_P(PerIsa, stored_paged_decode_equals_contiguous_bit_for_bit) {
   const std::int64_t b = 3, cap = 600;
   const std::vector<std::int32_t> lens = {600, 37, 1};
@@ -596,11 +597,12 @@ TEST_P(PerIsa, stored_paged_decode_equals_contiguous_bit_for_bit) {
     std::int64_t h, h_kv, d, page;
   };
   for (const Case c : {Case{kF16, 8, 8, 72, 16}, Case{kBF16, 8, 2, 72, 5}, Case{kF16, 6, 3, 128, 7},
-                       Case{DType::i8, 4, 4, 64, 16}, Case{DType::i8, 8, 2, 64, 3}}) {
+                       Case{DType::i8, 4, 4, 64, 16}, Case{DType::i8, 8, 2, 64, 3}, Case{kF32, 4, 4, 64, 16},
+                       Case{kF32, 8, 2, 72, 5}, Case{kF32, 6, 3, 128, 3}}) {
     const std::int64_t d = c.d, hk = c.h_kv, group = 32, ng = d / group;
     const std::int64_t max_pages = (cap + c.page - 1) / c.page, pages = b * max_pages + 3;
     const bool i8 = c.t == DType::i8;
-    const std::int64_t es = i8 ? 1 : 2;
+    const std::int64_t es = static_cast<std::int64_t>(dtype_size(c.t));
     // The cache in pages [pages, page, Hkv, d] (and scales [.., ng]), then the
     // same rows copied into a contiguous cache [B, Hkv, cap, d].
     std::vector<std::uint8_t> kp(pages * c.page * hk * d * es), vp(kp.size());
@@ -612,8 +614,8 @@ TEST_P(PerIsa, stored_paged_decode_equals_contiguous_bit_for_bit) {
                       TensorView::contiguous(dst.data(), DType::i8, {pages, c.page, hk, d}),
                       TensorView::contiguous(scales.data(), kF16, {pages, c.page, hk, ng}));
       } else {
-        const Stored st = store(x, c.t);
-        std::memcpy(dst.data(), st.bits.data(), dst.size());
+        Stored st = store(x, c.t);
+        std::memcpy(dst.data(), st.data(), dst.size());
       }
     };
     fill(kp, ksp, 71);

@@ -1018,12 +1018,12 @@ class Runner : TileOps {
   // attend() on that head, bit for bit.
   //
   // Within a page the rows of one key for every head lie together (Hkv·d
-  // values), one head's rows Hkv·d apart. K and V as stored (16 bits, int8)
+  // values), one head's rows Hkv·d apart. Most K and V (see heads_kernels)
   // go through the all-heads kernels: a few keys at a time, head after head,
   // so each key's rows are read as one stream and requested a stretch ahead
-  // (measured at H = Hkv = 32, d = 128, float16, Nkv = 16384: 2-2.4x faster
-  // than the runs below, as fast as a contiguous cache). Float32 K and V (read
-  // by the float32 kernels) take a tile's keys in runs
+  // (measured at H = Hkv = 32, d = 128, Nkv = 16384, 1 thread: float16 2-2.4x
+  // and float32 1.5x faster than the runs below, as fast as a contiguous
+  // cache). The others take a tile's keys in runs
   // (about kHeadRunBytes for all heads): the scores of a run for every head,
   // then the next run, while the next run's rows for every head, a stretch
   // of memory per page, are requested; after the softmax step of every head,
@@ -1104,10 +1104,12 @@ class Runner : TileOps {
         });
     };
 
-    // K and V as stored (16 bits, int8) go through the all-heads kernels,
-    // which request the rows of the keys ahead_keys on (kHeadAheadBytes of
-    // every head's rows) as they read each key.
-    const bool heads_kernels = stored_ok(p_.k) && stored_ok(p_.v);
+    // K and V as stored (16 bits, int8, float32; float32 V only in rows of
+    // whole vectors, which pv reads in place) go through the all-heads
+    // kernels, which request the rows of the keys ahead_keys on
+    // (kHeadAheadBytes of every head's rows) as they read each key.
+    const bool heads_kernels = (stored_ok(p_.k) || p_.k.dtype == DType::f32) &&
+                               (stored_ok(p_.v) || (p_.v.dtype == DType::f32 && !g.pl.pack_v));
     const std::int64_t ahead_keys = std::max<std::int64_t>(4, kHeadAheadBytes / key_bytes);
     auto heads_of = [&](const Operand& t) {
       HeadSteps hs{};

@@ -344,6 +344,7 @@ static void pv_heads(const L& ld, const float* p, int rows, int n, int p_stride,
 static void scores_heads_st(const float* qs, int rows, int d, const StoredRows& k, int n, float* s, int s_stride,
                             const HeadSteps& hs) {
   switch (k.dtype) {
+    case DType::f32: scores_heads(LoadF32{}, qs, rows, d, k, n, s, s_stride, hs); return;
     case DType::f16: scores_heads(LoadF16{}, qs, rows, d, k, n, s, s_stride, hs); return;
     case DType::bf16: scores_heads(LoadBF16{}, qs, rows, d, k, n, s, s_stride, hs); return;
     default:
@@ -358,6 +359,7 @@ static void scores_heads_st(const float* qs, int rows, int d, const StoredRows& 
 static void pv_heads_st(const float* p, int rows, int n, int p_stride, const StoredRows& v, int dv, float* acc,
                         int acc_stride, const float* alpha, const HeadSteps& hs) {
   switch (v.dtype) {
+    case DType::f32: pv_heads(LoadF32{}, p, rows, n, p_stride, v, dv, acc, acc_stride, alpha, hs); return;
     case DType::f16: pv_heads(LoadF16{}, p, rows, n, p_stride, v, dv, acc, acc_stride, alpha, hs); return;
     case DType::bf16: pv_heads(LoadBF16{}, p, rows, n, p_stride, v, dv, acc, acc_stride, alpha, hs); return;
     default:
