@@ -603,6 +603,28 @@ std::size_t count(const std::string& text, const std::string& what) {
   return n;
 }
 
+// --paged: each decode row again over a shuffled paged cache, timed beside
+// the contiguous call (in every storage, int8 with its scales in pages).
+TEST_F(cli_bench, paged_decode_rows_beside_the_contiguous_ones) {
+  Result r = cli({"bench", "--shapes", "decode", "--nkv", "100", "--paged", "7", "--dtype", "f32,f16,i8", "--repeats",
+                  "1", "--no-baseline", "--json", path("p.json")});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_THAT(r.out, HasSubstr("paged ms"));
+  EXPECT_THAT(r.out, HasSubstr("vs contig"));
+  const std::string json = slurp(path("p.json"));
+  EXPECT_EQ(count(json, "\"paged_vs_contiguous\""), 6u) << json;  // GQA and MHA, three storages
+  EXPECT_EQ(count(json, "\"paged_ms\""), 6u);
+  r = cli({"bench", "--shapes", "prefill", "--n", "64", "--paged", "7", "--repeats", "1", "--no-baseline"});
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_THAT(r.out, Not(HasSubstr("paged ms")));  // prefill rows have no paged column
+  r = cli({"bench", "--shapes", "decode", "--paged", "0"});
+  EXPECT_EQ(r.code, 2) << describe(r);
+  EXPECT_THAT(r.err, HasSubstr("sdpa bench: --paged: expected a page size >= 1, got 0"));
+  r = cli({"bench", "--backward", "--paged", "16"});
+  EXPECT_EQ(r.code, 2) << describe(r);
+  EXPECT_THAT(r.err, HasSubstr("--paged: paged rows are decode rows"));
+}
+
 TEST_F(cli_bench, dtypes_side_by_side_with_both_peers) {
   // A stand-in for both peers: prints the line peer_bench.py and ggml_flash_attn print, whatever it is asked.
   const std::string peer = path("peer.sh");

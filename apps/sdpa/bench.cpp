@@ -124,6 +124,9 @@ struct Row {
   double peer_ms = 0, vs_peer = 0;  // PyTorch's time and its ratio to sdpa's (0: not run)
   double ort_ms = 0, vs_ort = 0;    // onnxruntime's (0: not run)
   double ggml_ms = 0, vs_ggml = 0;  // ggml's (0: not run)
+  // --paged (decode rows): the same keys in a paged cache, and its time over
+  // the contiguous one's, the two timed alternately (0: not run).
+  double paged_ms = 0, vs_contiguous = 0;
   double io_mib = 0, extra_mib = 0;
 };
 
@@ -407,6 +410,64 @@ Row measure(const Shape& s, const Inputs& in, Storage st, const Setup& u) {
   return row;
 }
 
+// A decode row again over a paged cache (attention_paged, no new keys):
+// the same K/V values in pages [num_pages, page, Hkv, d] handed out in a
+// shuffled order (as a serving cache's free list leaves them), timed
+// alternately with the contiguous call, so that both see the same machine.
+// Sets row.paged_ms and row.vs_contiguous (the medians' ratio).
+void measure_paged(const Shape& s, const Inputs& in, Storage st, const Setup& u, std::int64_t page, Row& row) {
+  Stored x = store(s, in, st);
+  const std::int64_t pages_per_seq = (s.n_kv + page - 1) / page, pages = s.b * pages_per_seq;
+  std::vector<std::int32_t> table(static_cast<std::size_t>(pages));
+  for (std::int64_t i = 0; i < pages; ++i) table[i] = static_cast<std::int32_t>(i);
+  std::shuffle(table.begin(), table.end(), std::mt19937(7));
+  // Row (b, hk, j) of a contiguous [B, Hkv, Nkv, w] array of `es`-byte
+  // elements, copied into its page slot [page_of(b, j), j % page, hk].
+  auto paged = [&](const TensorView& t, std::int64_t w) {
+    const std::int64_t es = static_cast<std::int64_t>(dtype_size(t.dtype)), row = w * es;
+    std::vector<std::byte> out(static_cast<std::size_t>(pages * page * s.h_kv * row));
+    const auto* src = static_cast<const std::byte*>(t.data);
+    for (std::int64_t b = 0; b < s.b; ++b)
+      for (std::int64_t hk = 0; hk < s.h_kv; ++hk)
+        for (std::int64_t j = 0; j < s.n_kv; ++j) {
+          const std::int64_t slot = (table[b * pages_per_seq + j / page] * page + j % page) * s.h_kv + hk;
+          std::memcpy(out.data() + slot * row, src + ((b * s.h_kv + hk) * s.n_kv + j) * row, static_cast<std::size_t>(row));
+        }
+    return out;
+  };
+  std::vector<std::byte> kp = paged(x.k, s.d), vp = paged(x.v, s.d), ksp, vsp;
+  Options opt;
+  opt.threads = u.threads;
+  opt.isa = u.isa;
+  opt.round_p = u.round_p;
+  Options paged_opt = opt;
+  opt.k_scales = x.ks;
+  opt.v_scales = x.vs;
+  const std::int64_t ng = s.d / kI8Group;
+  if (x.ks.data) {
+    ksp = paged(x.ks, ng);
+    vsp = paged(x.vs, ng);
+    paged_opt.k_scales = TensorView::contiguous(ksp.data(), x.ks.dtype, {pages, page, s.h_kv, ng});
+    paged_opt.v_scales = TensorView::contiguous(vsp.data(), x.vs.dtype, {pages, page, s.h_kv, ng});
+  }
+  const TensorView kv = TensorView::contiguous(kp.data(), x.k.dtype, {pages, page, s.h_kv, s.d});
+  const TensorView vv = TensorView::contiguous(vp.data(), x.v.dtype, {pages, page, s.h_kv, s.d});
+  const TensorView tv = TensorView::contiguous(table.data(), DType::i32, {s.b, pages_per_seq});
+  const std::vector<std::int32_t> lens(static_cast<std::size_t>(s.b), static_cast<std::int32_t>(s.n_kv));
+  const TensorView lv = TensorView::contiguous(lens.data(), DType::i32, {s.b});
+  std::vector<double> contiguous, paged_times;
+  for (int r = 0; r < u.repeats; ++r) {
+    double t0 = now_s();
+    attention(x.q, x.k, x.v, x.o, opt);
+    contiguous.push_back((now_s() - t0) * 1e3);
+    t0 = now_s();
+    attention_paged(x.q, kv, vv, tv, lv, {}, {}, x.o, paged_opt);
+    paged_times.push_back((now_s() - t0) * 1e3);
+  }
+  row.paged_ms = median(paged_times);
+  row.vs_contiguous = row.paged_ms / median(contiguous);
+}
+
 // The OpenBLAS baseline's time on a shape (float32), or 0 when not built.
 double measure_blas(const Shape& s, const Inputs& in, const Setup& u) {
 #if SDPA_HAVE_BLAS_BASELINE
@@ -577,6 +638,7 @@ struct BenchArgs {
   bool backward = false, baseline = true, round_p = false, peers = false;
   std::string python, ggml, isa = "auto", json;
   int threads = 0, repeats = 3;
+  std::int64_t paged = -1;  // --paged: page size (-1: not given, no paged rows)
 };
 
 // What a row's storage holds, for the legend above the table.
@@ -596,7 +658,7 @@ std::string cell(bool have, double x, const char* format) {
 
 // Which peers' columns the forward table has.
 struct PeerColumns {
-  bool torch = false, ort = false, ggml = false;
+  bool torch = false, ort = false, ggml = false, paged = false;
 };
 
 // The forward table's lines: fixed columns, then the peers' when they run.
@@ -608,6 +670,7 @@ std::string header_line(const PeerColumns& c) {
   if (c.torch) line += fmt::format(" {:>10} {:>9}", "torch ms", "vs torch");
   if (c.ort) line += fmt::format(" {:>9} {:>8}", "ort ms", "vs ort");
   if (c.ggml) line += fmt::format(" {:>9} {:>8}", "ggml ms", "vs ggml");
+  if (c.paged) line += fmt::format(" {:>9} {:>9}", "paged ms", "vs contig");
   return line + fmt::format(" {:>9} {:>9}", "io MiB", "extra MiB");
 }
 
@@ -628,6 +691,9 @@ std::string row_line(const Row& r, const PeerColumns& c) {
   if (c.ggml)
     line += fmt::format(" {:>9} {:>8}", cell(r.ggml_ms > 0, r.ggml_ms, "{:.2f}"),
                         cell(r.vs_ggml > 0, r.vs_ggml, "{:.2f}x"));
+  if (c.paged)
+    line += fmt::format(" {:>9} {:>9}", cell(r.paged_ms > 0, r.paged_ms, "{:.2f}"),
+                        cell(r.vs_contiguous > 0, r.vs_contiguous, "{:.2f}x"));
   return line + fmt::format(" {:>9.1f} {:>9}", r.io_mib, cell(ran, r.extra_mib, "{:.1f}"));
 }
 
@@ -653,6 +719,8 @@ int run_bench(BenchArgs a) {
   if (backward && which == "decode") throw UsageError("--shapes: --backward times prefill shapes (all or prefill), got 'decode'");
   if (a.threads < 0) throw UsageError("--threads: expected >= 0, got " + std::to_string(a.threads));
   if (a.repeats < 1) throw UsageError("--repeats: expected >= 1, got " + std::to_string(a.repeats));
+  if (a.paged != -1 && a.paged < 1) throw UsageError("--paged: expected a page size >= 1, got " + std::to_string(a.paged));
+  if (a.paged > 0 && backward) throw UsageError("--paged: paged rows are decode rows of the forward, not --backward");
   if (which != "all" && which != "prefill" && which != "decode")
     throw UsageError("--shapes: expected all, prefill or decode, got '" + which + "'");
   const std::vector<Storage> storages = parse_storages(a.dtypes);
@@ -701,6 +769,7 @@ int run_bench(BenchArgs a) {
     std::uint64_t bytes = mul_sat(mul_sat(add_sat(mul_sat(2, q), mul_sat(2, kv)), sizeof(float)), two_copies ? 2 : 1);
     if (baseline) bytes = add_sat(bytes, mul_sat(mul_sat(s.n_q, s.n_kv), sizeof(float)));
     const bool dec = s.kind == "decode";
+    if (dec && a.paged > 0) bytes = add_sat(bytes, mul_sat(mul_sat(2, kv), 2 * sizeof(float)));  // the paged copies
     check_fits_memory(dec ? "--nkv" : "--n", std::to_string(dec ? s.n_kv : s.n_q), bytes,
                       baseline ? "Q, K, V, O and the baseline's scores" : "Q, K, V and O");
   }
@@ -753,7 +822,7 @@ int run_bench(BenchArgs a) {
   std::printf("%s\n\n", a.round_p ? "; P rounded to 16 bits before P·V (--round-p)" : "");
 
   const Setup setup{isa, t, a.repeats, a.round_p, peak_gflops, read_bw_gbs};
-  const PeerColumns columns{bool(torch), bool(ort), bool(ggml)};
+  const PeerColumns columns{bool(torch), bool(ort), bool(ggml), a.paged > 0 && any_decode};
   std::printf("%s\n", header_line(columns).c_str());
   std::vector<Row> rows;
   std::vector<std::string> notes;
@@ -795,6 +864,7 @@ int run_bench(BenchArgs a) {
           fmt::format("--pass forward --dtype {} {}", storage_name(r.st), peer_shape_args(s, t, a.repeats));
       if (torch && r.st != Storage::i8) time_peer(*torch, "PyTorch", "torch " + py_args, r.peer_ms, r.vs_peer);
       if (ort && r.st != Storage::i8) time_peer(*ort, "onnxruntime", "onnxruntime " + py_args, r.ort_ms, r.vs_ort);
+      if (a.paged > 0 && s.kind == "decode") measure_paged(s, in, r.st, setup, a.paged, r);
       if (ggml && s.kind == "decode")
         time_peer(*ggml, "ggml", fmt::format("--type {} {}", ggml_type(r.st), peer_shape_args(s, t, a.repeats)),
                   r.ggml_ms, r.vs_ggml);
@@ -852,6 +922,10 @@ int run_bench(BenchArgs a) {
         x["ggml_ms"] = r.ggml_ms;
         x["vs_ggml"] = r.vs_ggml;
       }
+      if (r.paged_ms > 0) {
+        x["paged_ms"] = r.paged_ms;
+        x["paged_vs_contiguous"] = r.vs_contiguous;
+      }
       x["io_mib"] = r.io_mib;
       x["extra_mib"] = r.extra_mib;
       out.push_back(std::move(x));
@@ -894,6 +968,11 @@ const Registrar reg{{"bench", "Benchmark sdpa against the measured FMA peak, DRA
                                       "the ggml_flash_attn program (built with -DSDPA_GGML_DIR): ggml's "
                                       "flash_attn_ext as the peer of the decode rows")
                            ->type_name("PATH");
+                       sub.add_option("--paged", a->paged,
+                                      "also time each decode row over a paged cache of this page size (pages in "
+                                      "shuffled order), alternately with the contiguous call: columns paged ms and "
+                                      "vs contig (paged time over contiguous)")
+                           ->type_name("PAGE");
                        sub.add_option("--threads", a->threads, "threads (0 = all hardware threads)")
                            ->capture_default_str();
                        sub.add_option("--repeats", a->repeats, "timed repeats per shape (the median is reported)")
