@@ -378,6 +378,17 @@ struct Setup {
   double peak, bw;
 };
 
+// A row's rates from its time: GFLOP/s and % of the FMA peak, K/V GB/s and % of the bandwidth.
+void set_rates(Row& row, double kv_bytes, const Setup& u) {
+  const Shape& s = row.s;
+  double flop = 4.0 * s.b * s.h * s.n_q * s.n_kv * s.d;
+  if (s.causal && s.n_q == s.n_kv) flop /= 2;
+  row.gflops = flop / row.ms / 1e6;
+  row.pct_peak = sdpa::bench::percent_of_peak(row.gflops, u.peak);
+  row.gbs = kv_bytes / row.ms / 1e6;
+  row.pct_bw = 100 * row.gbs / u.bw;
+}
+
 Row measure(const Shape& s, const Inputs& in, Storage st, const Setup& u) {
   Row row;
   row.s = s;
@@ -400,21 +411,16 @@ Row measure(const Shape& s, const Inputs& in, Storage st, const Setup& u) {
     return row;
   }
   row.extra_mib = std::max(0.0, proc_status_mib("VmHWM:") - rss0);
-
-  double flop = 4.0 * s.b * s.h * s.n_q * s.n_kv * s.d;
-  if (s.causal && s.n_q == s.n_kv) flop /= 2;
-  row.gflops = flop / row.ms / 1e6;
-  row.pct_peak = sdpa::bench::percent_of_peak(row.gflops, u.peak);
-  row.gbs = x.kv_bytes / row.ms / 1e6;
-  row.pct_bw = 100 * row.gbs / u.bw;
+  set_rates(row, x.kv_bytes, u);
   return row;
 }
 
 // A decode row again over a paged cache (attention_paged, no new keys):
 // the same K/V values in pages [num_pages, page, Hkv, d] handed out in a
 // shuffled order (as a serving cache's free list leaves them), timed
-// alternately with the contiguous call, so that both see the same machine.
-// Sets row.paged_ms and row.vs_contiguous (the medians' ratio).
+// alternately with the contiguous call, so that both see the same machine:
+// row.ms (and its rates) becomes the contiguous median of these rounds,
+// row.paged_ms the paged one, row.vs_contiguous their ratio.
 void measure_paged(const Shape& s, const Inputs& in, Storage st, const Setup& u, std::int64_t page, Row& row) {
   Stored x = store(s, in, st);
   const std::int64_t pages_per_seq = (s.n_kv + page - 1) / page, pages = s.b * pages_per_seq;
@@ -464,8 +470,10 @@ void measure_paged(const Shape& s, const Inputs& in, Storage st, const Setup& u,
     attention_paged(x.q, kv, vv, tv, lv, {}, {}, x.o, paged_opt);
     paged_times.push_back((now_s() - t0) * 1e3);
   }
+  row.ms = median(contiguous);
+  set_rates(row, x.kv_bytes, u);
   row.paged_ms = median(paged_times);
-  row.vs_contiguous = row.paged_ms / median(contiguous);
+  row.vs_contiguous = row.paged_ms / row.ms;
 }
 
 // The OpenBLAS baseline's time on a shape (float32), or 0 when not built.
@@ -830,6 +838,9 @@ int run_bench(BenchArgs a) {
     const Inputs in = draw(s);
     const std::size_t first = rows.size();
     for (const Storage st : storages) rows.push_back(measure(s, in, st, setup));
+    if (a.paged > 0 && s.kind == "decode")
+      for (std::size_t i = first; i < rows.size(); ++i)
+        if (rows[i].error.empty()) measure_paged(s, in, rows[i].st, setup, a.paged, rows[i]);
     // The f32 row of this shape, the float32 baseline, then the peers, each after sdpa's rows.
     double f32_ms = 0;
     for (std::size_t i = first; i < rows.size(); ++i)
@@ -864,7 +875,6 @@ int run_bench(BenchArgs a) {
           fmt::format("--pass forward --dtype {} {}", storage_name(r.st), peer_shape_args(s, t, a.repeats));
       if (torch && r.st != Storage::i8) time_peer(*torch, "PyTorch", "torch " + py_args, r.peer_ms, r.vs_peer);
       if (ort && r.st != Storage::i8) time_peer(*ort, "onnxruntime", "onnxruntime " + py_args, r.ort_ms, r.vs_ort);
-      if (a.paged > 0 && s.kind == "decode") measure_paged(s, in, r.st, setup, a.paged, r);
       if (ggml && s.kind == "decode")
         time_peer(*ggml, "ggml", fmt::format("--type {} {}", ggml_type(r.st), peer_shape_args(s, t, a.repeats)),
                   r.ggml_ms, r.vs_ggml);
