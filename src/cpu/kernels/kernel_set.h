@@ -30,7 +30,6 @@ struct StoredRows {
   const void* const* ahead;
   const void* const* ahead_scales;
   int ahead_bytes;
-  int ahead_scale_bytes;
 };
 
 // Every K/V head of a decode item at once (the driver's Plan::all_heads, a
@@ -136,13 +135,14 @@ struct KernelSet {
   void (*scores_direct_st)(const float* qs, int rows, int d, const StoredRows& k, int n, float* s, int s_stride);
   void (*pv_direct_st)(const float* p, int rows, int n, int p_stride, const StoredRows& v, int dv, float* acc,
                        int acc_stride, const float* alpha);
-  // The same for every head of `hs` (and for float32 too), keys taken a few at a time and, for each few, head after head:
-  // where a key's rows for all heads lie side by side, each key's memory is
-  // read as one stream rather than a piece of it per pass over the keys.
-  // Each head gets the bits scores_direct_st (pv_direct_st) gives it alone,
-  // and in float32 those of scores_direct (of pv, on V rows of whole
-  // vectors); alpha is applied once, as there. Rows k.ahead[j] (all heads' pieces)
-  // are requested as key j is read.
+  // The same for every head of `hs` (and in float32 too), keys taken a few
+  // at a time and, for each few, head after head: where a key's rows for all
+  // heads lie side by side, each key's memory is read as one stream rather
+  // than a piece of it per pass over the keys. Each head gets the bits
+  // scores_direct_st (pv_direct_st) gives it alone, and in float32 those of
+  // scores_direct (of pv, on V rows of whole vectors); alpha is applied
+  // once, as there. Every head's part of the rows k.ahead[j] is requested as
+  // key j is read.
   void (*scores_heads_st)(const float* qs, int rows, int d, const StoredRows& k, int n, float* s, int s_stride,
                           const HeadSteps& hs);
   void (*pv_heads_st)(const float* p, int rows, int n, int p_stride, const StoredRows& v, int dv, float* acc,
