@@ -561,6 +561,14 @@ class Runner : TileOps {
     return t.dtype == DType::i8 && g % ks_.w == 0 && (g & (g - 1)) == 0;
   }
 
+  // out[j] = the row of key t0 + j of operand o (K, V or their scales), head hk of batch entry b, j < n.
+  void row_addrs(const Operand& o, std::int64_t b, std::int64_t hk, std::int64_t t0, std::int64_t n,
+                 const void** out) const {
+    p_.for_each_kv_run(o, b, hk, t0, n, [&](std::int64_t i, std::int64_t count, const char* first, std::int64_t step) {
+      for (std::int64_t j = 0; j < count; ++j) out[i + j] = first + j * step;
+    });
+  }
+
   // Keys [t0, t0 + n) of K or V (t) as stored, for the decode kernels.
   StoredRows stored_rows(const Operand& t, const Block& bl, std::int64_t t0, int n, const void** rows,
                          const void** scales, const RowsAhead* ahead = nullptr) const {
@@ -571,14 +579,9 @@ class Runner : TileOps {
     const std::int64_t es = t.elem_bytes;
     r.row_bytes = static_cast<int>(width * es);
     const Operand* sc = p_.scales_of(t);
-    auto runs = [&](const Operand& o, const void** out) {
-      p_.for_each_kv_run(o, bl.b, bl.hk, t0, n, [&](std::int64_t i, std::int64_t count, const char* first, std::int64_t step) {
-        for (std::int64_t j = 0; j < count; ++j) out[i + j] = first + j * step;
-      });
-    };
-    runs(t, rows);
+    row_addrs(t, bl.b, bl.hk, t0, n, rows);
     if (sc) {
-      runs(*sc, scales);
+      row_addrs(*sc, bl.b, bl.hk, t0, n, scales);
       r.scales = scales;
       r.sdt = sc->dtype;
       r.group = static_cast<int>(p_.group_of(t));
@@ -599,9 +602,7 @@ class Runner : TileOps {
     thread_local const void* scales[kMaxTileKeys];
     const std::int64_t m = std::clamp<std::int64_t>(a.n, 0, n);
     auto runs = [&](const Operand& o, const void** out) {
-      p_.for_each_kv_run(o, a.b, a.hk, a.t0, m, [&](std::int64_t i, std::int64_t count, const char* first, std::int64_t step) {
-        for (std::int64_t j = 0; j < count; ++j) out[i + j] = first + j * step;
-      });
+      row_addrs(o, a.b, a.hk, a.t0, m, out);
       for (std::int64_t j = m; j < n; ++j) out[j] = nullptr;
     };
     runs(*a.t, rows);
@@ -612,7 +613,6 @@ class Runner : TileOps {
       runs(*sc, scales);
       r.ahead_scales = scales;
     }
-    r.prefetch = 0;
   }
 
   // Whether row rr sees any key of [kb, ke) (ranges and explicit mask).
