@@ -588,7 +588,9 @@ TEST_P(PerIsa, int8_paged_cache_matches_the_oracle) {
 // rows of a partial vector take runs of keys) against the same keys in a
 // contiguous cache (the per-head kernels): bit for bit, for MHA and GQA, d
 // with and without a partial vector, lengths that end mid-page and mid-tile,
-// shuffled pages.
+// shuffled pages. Float32 MHA at d = 64, 128, 80 and 256: contiguous, its
+// one-row scores kernel with d fixed, at run time, in one chunk and in
+// several.
 TEST_P(PerIsa, stored_paged_decode_equals_contiguous_bit_for_bit) {
   const std::int64_t b = 3, cap = 600;
   const std::vector<std::int32_t> lens = {600, 37, 1};
@@ -598,7 +600,8 @@ TEST_P(PerIsa, stored_paged_decode_equals_contiguous_bit_for_bit) {
   };
   for (const Case c : {Case{kF16, 8, 8, 72, 16}, Case{kBF16, 8, 2, 72, 5}, Case{kF16, 6, 3, 128, 7},
                        Case{DType::i8, 4, 4, 64, 16}, Case{DType::i8, 8, 2, 64, 3}, Case{kF32, 4, 4, 64, 16},
-                       Case{kF32, 8, 2, 72, 5}, Case{kF32, 6, 3, 128, 3}}) {
+                       Case{kF32, 8, 2, 72, 5}, Case{kF32, 6, 3, 128, 3}, Case{kF32, 4, 4, 128, 7},
+                       Case{kF32, 3, 3, 80, 4}, Case{kF32, 2, 2, 256, 5}}) {
     const std::int64_t d = c.d, hk = c.h_kv, group = 32, ng = d / group;
     const std::int64_t max_pages = (cap + c.page - 1) / c.page, pages = b * max_pages + 3;
     const bool i8 = c.t == DType::i8;

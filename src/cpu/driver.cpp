@@ -1267,11 +1267,12 @@ class Runner : TileOps {
     }
     std::memset(acc, 0, static_cast<std::size_t>(bl.nr * dv_pad) * sizeof(float));  // the block's rows only
 
-    // Blocks of one row (MHA decode) do not request ahead: their loop is a
-    // plain stream the hardware prefetchers follow, and the bursts of requests
-    // measured 10-25% slower (Xeon, H = Hkv = 32, d = 128, Nkv = 1024 from
-    // cache and 16384 from DRAM); blocks of several rows compute more per
-    // byte, and the requests keep memory busy meanwhile.
+    // Blocks of one row (MHA decode) do not request tiles ahead: their
+    // kernels request each row a short distance ahead as they stream
+    // (kRowAheadK, kRowAheadV), and bursts of a tile's requests measured
+    // 10-25% slower (Xeon, H = Hkv = 32, d = 128, Nkv = 1024 from cache and
+    // 16384 from DRAM); blocks of several rows compute more per byte, and the
+    // requests keep memory busy meanwhile.
     const bool ahead_ok = bl.nr > 1 && bl.nr <= kDirectRows;
     if (ahead_ok) prefetch_tile(bl, kb, std::min<std::int64_t>(bc, ke - kb));
     for (std::int64_t t0 = kb; t0 < ke; t0 += bc) {
