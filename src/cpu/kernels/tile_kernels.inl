@@ -313,6 +313,11 @@ template <int M>
 static void pv_strip(const float* p, int p_stride, const float* const* v, int j0, int j1, int dv_pad, float* acc,
                      const float* alpha, int c0, int c1) {
   int c = c0;
+  // One row: 8 accumulators where the set's strips are narrower (AVX2), so
+  // that a tile's V is swept half as many times.
+  constexpr int kRowVecs = W > 1 && 2 * NV < 8 ? 8 : 2 * NV;
+  if (M == 1)
+    for (; c + kRowVecs * W <= c1; c += kRowVecs * W) pv_block<M, kRowVecs>(p, p_stride, v, c, j0, j1, acc + c, dv_pad, alpha);
   if (M == 1)
     for (; c + 2 * NV * W <= c1; c += 2 * NV * W) pv_block<M, 2 * NV>(p, p_stride, v, c, j0, j1, acc + c, dv_pad, alpha);
   for (; c + NV * W <= c1; c += NV * W) pv_block<M, NV>(p, p_stride, v, c, j0, j1, acc + c, dv_pad, alpha);
