@@ -251,9 +251,17 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// Warm-up before timing: page faults, thread start-up, caches; and, after a
+// peer's process has run (PyTorch, onnxruntime), long enough for the machine
+// to settle: the calls right after one measured up to 2x slower. At least
+// one call, and calls for at least this long.
+constexpr double kWarmSeconds = 0.2;
+
 template <class F>
 double time_ms(int repeats, F&& f) {
-  f();  // warm-up: page faults, thread start-up, caches
+  const double w0 = now_s();
+  do f();
+  while (now_s() - w0 < kWarmSeconds);
   std::vector<double> t;
   for (int r = 0; r < repeats; ++r) {
     const double t0 = now_s();
