@@ -26,7 +26,11 @@ class RingSession {
   // MPI_Init_thread with MPI_THREAD_FUNNELED (only this thread calls MPI;
   // the library's workers never do). Throws UsageError in a build without MPI.
   RingSession();
-  ~RingSession();  // MPI_Finalize
+  // Every rank waits here for the others, then MPI_Finalize: a rank that
+  // stops early (a refused file, a rejected shard) does not exit before rank
+  // 0 has reported why, since mpirun ends the whole job, rank 0's message
+  // unwritten, as soon as one rank exits with a failure.
+  ~RingSession();
   RingSession(const RingSession&) = delete;
   RingSession& operator=(const RingSession&) = delete;
 

@@ -746,7 +746,9 @@ int run_run(const RunArgs& args) {
   const Settings s = check_flags(args);
   if (!args.cu_seqlens_q.empty()) return run_packed(args, s);
   if (!args.ring) return run_dense(args, s, nullptr);
-  RingSession session;
+  // Destroyed at exit, after main has written rank 0's error (if any): the
+  // ranks leave together (see ~RingSession).
+  static RingSession session;
   if (session.rank() != 0) return session.run_worker(base_options(args, s, Modifiers{}), args.zigzag);
   try {
     return run_dense(args, s, &session);

@@ -182,7 +182,10 @@ RingSession::RingSession() : state_(std::make_unique<State>()) {
   }
 }
 
-RingSession::~RingSession() { MPI_Finalize(); }
+RingSession::~RingSession() {
+  MPI_Barrier(MPI_COMM_WORLD);  // errors return (MPI_ERRORS_RETURN): nothing to do but finalize
+  MPI_Finalize();
+}
 
 int RingSession::rank() const { return state_->rank; }
 int RingSession::ranks() const { return state_->ranks; }
