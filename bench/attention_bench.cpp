@@ -236,7 +236,7 @@ void BM_kernel_pv(benchmark::State& st, sdpa::Isa isa) {
   Aligned<float> p(static_cast<std::size_t>(t.rows) * t.bc_pad, 1.0f / t.n),
       acc(static_cast<std::size_t>(t.rows) * t.dv_pad), alpha(static_cast<std::size_t>(t.rows), 1.0f);
   for (auto _ : st) {
-    t.ks.pv(p.data(), t.rows, t.n, t.bc_pad, vp.data(), t.dv_pad, acc.data(), alpha.data(), nullptr, nullptr);
+    t.ks.pv(p.data(), t.rows, t.n, t.bc_pad, vp.data(), t.dv_pad, acc.data(), alpha.data(), nullptr, nullptr, 0);
     benchmark::DoNotOptimize(acc.data());
     benchmark::ClobberMemory();
   }

@@ -435,7 +435,7 @@ TEST_P(KernelsBf16Set, float32_kernels_match_the_avx512_set_bitwise) {
       for (int j = n; j < bc_pad; ++j)
         o.s[static_cast<std::size_t>(r) * bc_pad + j] = -std::numeric_limits<float>::infinity();
     ks.softmax_step(o.s.data(), rows, bc_pad, o.m.data(), o.l.data(), o.alpha.data(), nullptr, nullptr);
-    ks.pv(o.s.data(), rows, n, bc_pad, vp.data(), dv_pad, o.acc.data(), o.alpha.data(), nullptr, nullptr);
+    ks.pv(o.s.data(), rows, n, bc_pad, vp.data(), dv_pad, o.acc.data(), o.alpha.data(), nullptr, nullptr, 0);
     return o;
   };
   const Out x = run(a), y = run(b);

@@ -381,7 +381,7 @@ class Backward : TileOps {
     // dV += (P∘Z)ᵀ·dO, dK += dSᵀ·(Q·scale), dQ += dS·K (scaled at the end).
     ks_.pvt(t.s, n, nr, bc_pad, do_rows, dv_pad, t.dv);
     ks_.pvt(t.dp, n, nr, bc_pad, q_rows, d_pad, t.dk);
-    ks_.pv(t.dp, nr, n, bc_pad, t.k, d_pad, dq, t.ones, nullptr, nullptr);
+    ks_.pv(t.dp, nr, n, bc_pad, t.k, d_pad, dq, t.ones, nullptr, nullptr, 0);
   }
 
   std::int64_t bc_, d_pad_, dv_pad_;

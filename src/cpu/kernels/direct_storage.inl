@@ -51,6 +51,14 @@ static inline void prefetch_row(const StoredRows& t, int j) {
   if (t.scales) __builtin_prefetch(static_cast<const char*>(t.scales[j]) + t.prefetch / t.row_bytes * t.scale_bytes, 0, 3);
 }
 
+// The row t.lead keys after key j of these n, through the row pointers
+// (float32 rows of decode blocks of several rows, any layout).
+static inline void lead_row(const StoredRows& t, int j, int n) {
+  if (t.lead == 0 || j + t.lead >= n) return;
+  const char* r = static_cast<const char*>(t.rows[j + t.lead]);
+  for (int off = 0; off < t.row_bytes; off += 64) __builtin_prefetch(r + off, 0, 3);
+}
+
 static inline const void* scale_row(const StoredRows& t, int j) { return t.scales ? t.scales[j] : nullptr; }
 
 // M rows x KK keys (M*KK <= 8 accumulator chains), one accumulator vector
@@ -140,11 +148,17 @@ static void scores_st_rows(const L& ld, const float* qs, int d, const StoredRows
   for (; j + KK <= n; j += KK) {
     if (prefetch)
 #pragma GCC unroll 8
-      for (int x = 0; x < KK; ++x) prefetch_row(k, j + x);
+      for (int x = 0; x < KK; ++x) {
+        prefetch_row(k, j + x);
+        lead_row(k, j + x, n);
+      }
     scores_st_block<M, KK>(ld, qs, d, k, j, s + j, s_stride);
   }
   for (; j < n; ++j) {
-    if (prefetch) prefetch_row(k, j);
+    if (prefetch) {
+      prefetch_row(k, j);
+      lead_row(k, j, n);
+    }
     scores_st_block<M, 1>(ld, qs, d, k, j, s + j, s_stride);
   }
 }
@@ -297,7 +311,8 @@ static void scores_row_f32(const float* qs, int dn, const float* const* k, int n
 // measured 2-5% faster from DRAM). More rows: the stored-row kernel with a
 // float32 load, without prefetch (the driver requests their tiles ahead,
 // prefetch_tile).
-static void scores_direct(const float* qs, int rows, int d, const float* const* k, int n, float* s, int s_stride) {
+static void scores_direct(const float* qs, int rows, int d, const float* const* k, int n, float* s, int s_stride,
+                          int ahead_bytes) {
   if (rows == 1 && d % W == 0) {
     switch (d) {
       case 64: scores_row_f32<64>(qs, d, k, n, s); return;
@@ -309,6 +324,7 @@ static void scores_direct(const float* qs, int rows, int d, const float* const* 
   t.rows = reinterpret_cast<const void* const*>(k);
   t.dtype = DType::f32;
   t.row_bytes = d * 4;
+  if (ahead_bytes > 0) t.lead = ahead_bytes / t.row_bytes > 1 ? ahead_bytes / t.row_bytes : 1;
   scores_st(LoadF32{}, qs, rows, d, t, n, s, s_stride);
 }
 

@@ -22,6 +22,7 @@ struct StoredRows {
   DType sdt;
   int group;
   std::int64_t prefetch;
+  int lead;                   // keys ahead to request through rows[] as the loop reaches them (0: none)
   int row_bytes;              // bytes of one row's values (and, int8, of its scales: scale_bytes)
   int scale_bytes;
   // The all-heads kernels (scores_heads_st, pv_heads_st): rows to request as
@@ -75,8 +76,11 @@ struct KernelSet {
                         const int* row_end);
 
   // S [rows x n] (rows s_stride apart) = Qs [rows x d] · K[n x d]ᵀ, K read in
-  // place: the kernel for blocks of few rows.
-  void (*scores_direct)(const float* qs, int rows, int d, const float* const* k, int n, float* s, int s_stride);
+  // place: the kernel for blocks of few rows. Blocks of several rows request
+  // the K rows about ahead_bytes on (through k[], so any layout) as the loop
+  // reaches them; 0 requests nothing. One row has its own distance.
+  void (*scores_direct)(const float* qs, int rows, int d, const float* const* k, int n, float* s, int s_stride,
+                        int ahead_bytes);
 
   // Online-softmax step over a score tile whose invisible entries are -inf.
   // Per row r: m_new = max(m[r], max_j s[r,j]) (NaN is sticky), alpha[r] =
@@ -94,8 +98,11 @@ struct KernelSet {
   // P rows are `p_stride` apart; v[j] holds dv_pad readable floats. With row_begin and
   // row_end, row r only reads keys row_begin[r] <= j < row_end[r]: masked keys'
   // values are never touched, so a NaN there cannot reach the result.
+  // Strips of several rows request the V rows about ahead_bytes on as they
+  // reach them (0: nothing; decode blocks, whose V streams from memory);
+  // one-row strips always request theirs a short distance ahead.
   void (*pv)(const float* p, int rows, int n, int p_stride, const float* const* v, int dv_pad, float* acc,
-             const float* alpha, const int* row_begin, const int* row_end);
+             const float* alpha, const int* row_begin, const int* row_end, int ahead_bytes);
 
   // s <- c·tanh(s / c) over [rows x bc_pad].
   void (*softcap)(float* s, int rows, int bc_pad, float c);

@@ -273,12 +273,23 @@ static void exp2_array(const float* x, float* y, std::int64_t n) {
 constexpr int kRowAheadK = 2048;
 constexpr int kRowAheadV = 1024;
 
+// Keys ahead a strip of M rows requests V rows (ahead_bytes of a pv call):
+// one row always kRowAheadV bytes (at least one key), several rows
+// ahead_bytes (none when 0).
+template <int M>
+static inline int pv_lead(int ahead_bytes, int dv_pad) {
+  const int bytes = M == 1 ? kRowAheadV : ahead_bytes;
+  if (bytes <= 0) return 0;
+  const int keys = bytes / (dv_pad * 4);
+  return keys > 1 ? keys : 1;
+}
+
 // Rows [0, M) of P against keys [j0, j1), columns [0, NV*W) of V and acc.
-// One row (MHA decode, V in DRAM): the rows kRowAheadV bytes on are
-// requested as the loop reaches them.
+// The V rows `lead` keys on are requested as the loop reaches them (none
+// when 0; decode, V in DRAM).
 template <int M, int NV>
 static inline void pv_block(const float* p, int p_stride, const float* const* v, int c0, int j0, int j1, float* acc,
-                            int acc_stride, const float* alpha) {
+                            int acc_stride, const float* alpha, int lead) {
   Vec a[M][NV];
 #pragma GCC unroll 8
   for (int m = 0; m < M; ++m) {
@@ -286,12 +297,11 @@ static inline void pv_block(const float* p, int p_stride, const float* const* v,
 #pragma GCC unroll 8
     for (int x = 0; x < NV; ++x) a[m][x] = vmul(vload(acc + m * acc_stride + x * W), sc);
   }
-  const int ahead = kRowAheadV / (acc_stride * 4) > 1 ? kRowAheadV / (acc_stride * 4) : 1;  // keys
   for (int j = j0; j < j1; ++j) {
     Vec b[NV];
-    if (M == 1 && j + ahead < j1)
+    if (lead > 0 && j + lead < j1)
 #pragma GCC unroll 16
-      for (int o = 0; o < NV * W * 4; o += 64) __builtin_prefetch(reinterpret_cast<const char*>(v[j + ahead] + c0) + o, 0, 3);
+      for (int o = 0; o < NV * W * 4; o += 64) __builtin_prefetch(reinterpret_cast<const char*>(v[j + lead] + c0) + o, 0, 3);
 #pragma GCC unroll 8
     for (int x = 0; x < NV; ++x) b[x] = vload(v[j] + c0 + x * W);
 #pragma GCC unroll 8
@@ -311,24 +321,25 @@ static inline void pv_block(const float* p, int p_stride, const float* const* v,
 // Columns [c0, c1) of a strip of M rows.
 template <int M>
 static void pv_strip(const float* p, int p_stride, const float* const* v, int j0, int j1, int dv_pad, float* acc,
-                     const float* alpha, int c0, int c1) {
+                     const float* alpha, int c0, int c1, int ahead_bytes) {
+  const int lead = pv_lead<M>(ahead_bytes, dv_pad);
   int c = c0;
   // One row: 8 accumulators where the set's strips are narrower (AVX2), so
   // that a tile's V is swept half as many times.
   constexpr int kRowVecs = W > 1 && 2 * NV < 8 ? 8 : 2 * NV;
   if (M == 1)
-    for (; c + kRowVecs * W <= c1; c += kRowVecs * W) pv_block<M, kRowVecs>(p, p_stride, v, c, j0, j1, acc + c, dv_pad, alpha);
+    for (; c + kRowVecs * W <= c1; c += kRowVecs * W) pv_block<M, kRowVecs>(p, p_stride, v, c, j0, j1, acc + c, dv_pad, alpha, lead);
   if (M == 1)
-    for (; c + 2 * NV * W <= c1; c += 2 * NV * W) pv_block<M, 2 * NV>(p, p_stride, v, c, j0, j1, acc + c, dv_pad, alpha);
-  for (; c + NV * W <= c1; c += NV * W) pv_block<M, NV>(p, p_stride, v, c, j0, j1, acc + c, dv_pad, alpha);
-  for (; c < c1; c += W) pv_block<M, 1>(p, p_stride, v, c, j0, j1, acc + c, dv_pad, alpha);
+    for (; c + 2 * NV * W <= c1; c += 2 * NV * W) pv_block<M, 2 * NV>(p, p_stride, v, c, j0, j1, acc + c, dv_pad, alpha, lead);
+  for (; c + NV * W <= c1; c += NV * W) pv_block<M, NV>(p, p_stride, v, c, j0, j1, acc + c, dv_pad, alpha, lead);
+  for (; c < c1; c += W) pv_block<M, 1>(p, p_stride, v, c, j0, j1, acc + c, dv_pad, alpha, lead);
 }
 
 template <int M>
 static void pv_rows(const float* p, int p_stride, const float* const* v, int n, int dv_pad, float* acc,
-                    const float* alpha, const int* row_begin, const int* row_end, int c0, int c1) {
+                    const float* alpha, const int* row_begin, const int* row_end, int c0, int c1, int ahead_bytes) {
   if (!row_end) {
-    pv_strip<M>(p, p_stride, v, 0, n, dv_pad, acc, alpha, c0, c1);
+    pv_strip<M>(p, p_stride, v, 0, n, dv_pad, acc, alpha, c0, c1, ahead_bytes);
     return;
   }
   // Masked tile: all M rows share the keys [lo, hi) every one of them sees;
@@ -341,33 +352,33 @@ static void pv_rows(const float* p, int p_stride, const float* const* v, int n, 
     hi = min_int(hi, row_end[m]);
   }
   if (hi < lo) hi = lo;
-  pv_strip<M>(p, p_stride, v, lo, hi, dv_pad, acc, alpha, c0, c1);  // also applies alpha to every row
+  pv_strip<M>(p, p_stride, v, lo, hi, dv_pad, acc, alpha, c0, c1, ahead_bytes);  // also applies alpha to every row
   for (int m = 0; m < M; ++m) {
     const float* pm = p + m * p_stride;
     float* am = acc + m * dv_pad;
     const int b = row_begin[m], e = row_end[m];
-    if (b < lo) pv_strip<1>(pm, p_stride, v, b, min_int(lo, e), dv_pad, am, nullptr, c0, c1);
-    if (e > hi) pv_strip<1>(pm, p_stride, v, hi > b ? hi : b, e, dv_pad, am, nullptr, c0, c1);
+    if (b < lo) pv_strip<1>(pm, p_stride, v, b, min_int(lo, e), dv_pad, am, nullptr, c0, c1, ahead_bytes);
+    if (e > hi) pv_strip<1>(pm, p_stride, v, hi > b ? hi : b, e, dv_pad, am, nullptr, c0, c1, ahead_bytes);
   }
 }
 
 // Row strips outermost: a strip's P rows stay in L1 across V's column panels.
 static void pv(const float* p, int rows, int n, int p_stride, const float* const* v, int dv_pad, float* acc,
-               const float* alpha, const int* row_begin, const int* row_end) {
+               const float* alpha, const int* row_begin, const int* row_end, int ahead_bytes) {
   auto b_at = [&](int r0) { return row_end ? row_begin + r0 : nullptr; };
   auto e_at = [&](int r0) { return row_end ? row_end + r0 : nullptr; };
   int r = 0;
   for (; r + MR <= rows; r += MR)
-    pv_rows<MR>(p + r * p_stride, p_stride, v, n, dv_pad, acc + r * dv_pad, alpha + r, b_at(r), e_at(r), 0, dv_pad);
+    pv_rows<MR>(p + r * p_stride, p_stride, v, n, dv_pad, acc + r * dv_pad, alpha + r, b_at(r), e_at(r), 0, dv_pad, ahead_bytes);
   const float* pr = p + r * p_stride;
   float* ar = acc + r * dv_pad;
   switch (rows - r) {
     case 0: break;
-    case 1: pv_rows<1>(pr, p_stride, v, n, dv_pad, ar, alpha + r, b_at(r), e_at(r), 0, dv_pad); break;
-    case 2: pv_rows<2>(pr, p_stride, v, n, dv_pad, ar, alpha + r, b_at(r), e_at(r), 0, dv_pad); break;
-    case 3: pv_rows<3>(pr, p_stride, v, n, dv_pad, ar, alpha + r, b_at(r), e_at(r), 0, dv_pad); break;
-    case 4: pv_rows<4>(pr, p_stride, v, n, dv_pad, ar, alpha + r, b_at(r), e_at(r), 0, dv_pad); break;
-    default: pv_rows<5>(pr, p_stride, v, n, dv_pad, ar, alpha + r, b_at(r), e_at(r), 0, dv_pad); break;
+    case 1: pv_rows<1>(pr, p_stride, v, n, dv_pad, ar, alpha + r, b_at(r), e_at(r), 0, dv_pad, ahead_bytes); break;
+    case 2: pv_rows<2>(pr, p_stride, v, n, dv_pad, ar, alpha + r, b_at(r), e_at(r), 0, dv_pad, ahead_bytes); break;
+    case 3: pv_rows<3>(pr, p_stride, v, n, dv_pad, ar, alpha + r, b_at(r), e_at(r), 0, dv_pad, ahead_bytes); break;
+    case 4: pv_rows<4>(pr, p_stride, v, n, dv_pad, ar, alpha + r, b_at(r), e_at(r), 0, dv_pad, ahead_bytes); break;
+    default: pv_rows<5>(pr, p_stride, v, n, dv_pad, ar, alpha + r, b_at(r), e_at(r), 0, dv_pad, ahead_bytes); break;
   }
 }
 
