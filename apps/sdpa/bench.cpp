@@ -829,7 +829,10 @@ int run_bench(BenchArgs a) {
   }
   if (!a.ggml.empty() && any_decode) {
     ggml.emplace(a.ggml);
-    ggml_kernel = probe(*ggml, "--b 1 --h 1 --hkv 1 --nq 1 --nkv 64 --d 64 --type f16 --repeats 1", "ggml", "");
+    // Probed in the first storage timed, so the line names the K/V type of its rows.
+    ggml_kernel = probe(*ggml, fmt::format("--b 1 --h 1 --hkv 1 --nq 1 --nkv 64 --d 64 --type {} --repeats 1",
+                                           ggml_type(storages[0])),
+                        "ggml", "");
     if (ggml_kernel.empty()) ggml.reset();
   }
   std::printf("dtype: ");
