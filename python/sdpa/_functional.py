@@ -11,6 +11,7 @@ autograd and torch.compile), NumPy arrays a NumPy array.
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any, Optional
 
 import numpy as np
@@ -18,13 +19,12 @@ import numpy as np
 from . import _sdpa
 from ._arrays import Error, Plan, check_mask_shape, plan_sdpa
 
-try:
-    import torch
-except ImportError:  # the NumPy front end works without torch
-    torch = None
-
 
 def _is_torch(x: Any) -> bool:
+    # torch is not imported here: a torch tensor means torch is loaded, and
+    # `import sdpa` stays quick and leaves torch's start-up settings (such as
+    # OMP_WAIT_POLICY, read when its OpenMP runtime loads) to the caller.
+    torch = sys.modules.get("torch")
     return torch is not None and isinstance(x, torch.Tensor)
 
 
@@ -87,6 +87,8 @@ def _torch_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enabl
         raise Error(f"query: expected tensors on the CPU, got {query.device}")
     qs, ks, vs = query.shape, key.shape, value.shape
     if attn_mask is not None and not _is_torch(attn_mask):
+        import torch  # noqa: PLC0415 (loaded: query is a torch tensor)
+
         attn_mask = torch.as_tensor(attn_mask)
     if (len(qs) == 4 and len(ks) == 4 and len(vs) == 4 and qs[0] == ks[0] == vs[0] and ks[1] == vs[1]
             and (ks[1] == qs[1] or ks[1] == 1 or (enable_gqa and ks[1] and qs[1] % ks[1] == 0))

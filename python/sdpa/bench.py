@@ -10,20 +10,29 @@ Hkv = 8) and MHA (H = Hkv = 32) at Nkv = 16384 (forward only).
 
     python -m sdpa.bench                    # 2 threads, float32
     python -m sdpa.bench --threads 1 --n 512 2048 --d 128 --dtype bfloat16 --json out.json
+
+torch's CPU build runs its threads on OpenMP (libgomp), whose workers spin for
+some milliseconds after each parallel region before they sleep. Timed right
+after a torch call, an sdpa call shares the cores with those spinning workers
+(on 2 cores, H = 8, N = 512, d = 64: 1.3-1.7x slower). So that each call is
+timed on the machine it would have alone, the bench sets OMP_WAIT_POLICY=PASSIVE
+before it imports torch (unless the environment already sets it, or torch is
+already imported); ``--omp-wait torch`` keeps torch's default instead.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
 
-import torch
-import torch.nn.functional as F
-
 import sdpa
+
+torch = None  # imported by main(), after the OpenMP wait policy is chosen
+F = None
 
 
 def _time(fn, repeats: int):
@@ -93,6 +102,19 @@ def run_case(case, dtype, repeats: int, backward: bool):
     return row
 
 
+def omp_wait_policy(choice: str) -> str:
+    """Sets OMP_WAIT_POLICY for torch's libgomp where it can; says what holds."""
+    given = os.environ.get("OMP_WAIT_POLICY")
+    if given is not None:
+        return f"{given} (from the environment)"
+    if choice == "torch":
+        return "torch's default (workers spin for a while after each call)"
+    if "torch" in sys.modules:
+        return "torch's default (torch was imported before the bench could set OMP_WAIT_POLICY)"
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    return "PASSIVE (set by the bench: --omp-wait torch keeps torch's default)"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m sdpa.bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", type=int, default=2, help="threads for both (torch.set_num_threads); default 2")
@@ -104,15 +126,24 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=5, help="timed runs of each, interleaved (median)")
     ap.add_argument("--no-backward", action="store_true", help="forward only")
     ap.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
+    ap.add_argument("--omp-wait", choices=["passive", "torch"], default="passive",
+                    help="OpenMP wait policy of torch's threads: passive (sleep between calls; default) or torch's own "
+                         "default (spin for a while after each call)")
     args = ap.parse_args(argv)
     if args.threads < 1 or args.repeats < 1:
         ap.error("--threads and --repeats: expected integers >= 1")
+
+    wait = omp_wait_policy(args.omp_wait)
+    global torch, F
+    import torch  # noqa: PLC0415 (after the wait policy: libgomp reads it when it loads)
+    import torch.nn.functional as F  # noqa: PLC0415
 
     torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
     causal_modes = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
     print(f"sdpa {sdpa.__version__} ({sdpa.isa()}) vs torch {torch.__version__}, {args.threads} threads, "
           f"{args.dtype}, median of {args.repeats} interleaved runs; ratio = torch ms / sdpa ms (> 1: sdpa faster)")
+    print(f"OpenMP wait policy of torch's threads: {wait}")
     header = f"{'shape':<38} {'fwd sdpa':>9} {'fwd torch':>9} {'ratio':>6}"
     if not args.no_backward:
         header += f" {'f+b sdpa':>9} {'f+b torch':>9} {'ratio':>6}"
