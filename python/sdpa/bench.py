@@ -31,8 +31,8 @@ import time
 
 import sdpa
 
-torch = None  # imported by main(), after the OpenMP wait policy is chosen
-F = None
+# torch is imported in the functions, not here: main() chooses the OpenMP wait
+# policy first (libgomp reads it when torch loads it).
 
 
 def _time(fn, repeats: int):
@@ -70,6 +70,9 @@ def decode_cases(nkvs):
 
 
 def run_case(case, dtype, repeats: int, backward: bool):
+    import torch  # noqa: PLC0415 (see the note on imports)
+    import torch.nn.functional as F  # noqa: PLC0415
+
     gen = torch.Generator().manual_seed(0)
     B, H, Hkv, Nq, Nkv, d = (case[x] for x in ("B", "H", "Hkv", "Nq", "Nkv", "d"))
     q = torch.randn(B, H, Nq, d, generator=gen).to(dtype)
@@ -134,9 +137,7 @@ def main(argv=None) -> int:
         ap.error("--threads and --repeats: expected integers >= 1")
 
     wait = omp_wait_policy(args.omp_wait)
-    global torch, F
-    import torch  # noqa: PLC0415 (after the wait policy: libgomp reads it when it loads)
-    import torch.nn.functional as F  # noqa: PLC0415
+    import torch  # noqa: PLC0415 (after the wait policy)
 
     torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
