@@ -30,7 +30,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <memory>
 #include <new>
 #include <string>
 #include <vector>
@@ -39,6 +38,7 @@
 #include "cpu/driver.h"
 #include "cpu/dropout_tile.h"
 #include "cpu/kernels/denormals.h"
+#include "cpu/spare.h"
 #include "cpu/threads.h"
 #include "cpu/tiles.h"
 #include "sdpa/error.h"
@@ -105,10 +105,13 @@ class Backward : TileOps {
     if (acc_floats > 0)
       slices_ = std::max<std::int64_t>(1, std::min(slices_, kMaxAccumulatorBytes / 4 / acc_floats));
     slice_floats_ = acc_floats;
-    dq_acc_.reset(new float[static_cast<std::size_t>(std::max<std::int64_t>(slices_ * acc_floats, 1))]);
+    // From the pool of spare buffers (cpu/spare.h): the next call finds
+    // their pages already mapped.
+    dq_acc_ = SpareFloats(static_cast<std::size_t>(slices_ * acc_floats));
+    qs_ = SpareFloats(static_cast<std::size_t>(q_rows_ * p.h * d_pad_));
+    dos_ = SpareFloats(static_cast<std::size_t>(q_rows_ * p.h * dv_pad_));
+    if (!dq_acc_ || !qs_ || !dos_) throw std::bad_alloc();
     stat_d_.resize(static_cast<std::size_t>(q_rows_ * p.h));
-    qs_.reset(new float[static_cast<std::size_t>(std::max<std::int64_t>(q_rows_ * p.h * d_pad_, 1))]);
-    dos_.reset(new float[static_cast<std::size_t>(std::max<std::int64_t>(q_rows_ * p.h * dv_pad_, 1))]);
     stat_l_.resize(stat_d_.size());
     sink_part_.assign(static_cast<std::size_t>(p.b * p.h), 0.0);
   }
@@ -388,7 +391,7 @@ class Backward : TileOps {
   Workspace ws_;
   std::int64_t q_rows_ = 0;  // query rows of the call: B * Nq, or total_q when packed
   std::int64_t slices_ = 1, slice_floats_ = 0;
-  std::unique_ptr<float[]> dq_acc_, qs_, dos_;  // dQ accumulators; Q·scale and dO in row order
+  SpareFloats dq_acc_, qs_, dos_;  // dQ accumulators; Q·scale and dO in row order
   std::vector<float> stat_d_, stat_l_;
   std::vector<double> sink_part_;
 };

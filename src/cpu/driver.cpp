@@ -51,7 +51,6 @@
 #include <cstring>
 #include <limits>
 #include <memory>
-#include <mutex>
 #include <new>
 #include <string>
 #include <vector>
@@ -60,6 +59,7 @@
 #include "cpu/dropout_tile.h"
 #include "cpu/kernels/denormals.h"
 #include "cpu/merge.h"
+#include "cpu/spare.h"
 #include "cpu/threads.h"
 #include "cpu/tiles.h"
 #include "half.h"
@@ -203,20 +203,18 @@ Plan make_plan(const Params& p, const KernelSet& ks, std::int64_t nb, std::int64
 class KtCache {
  public:
   KtCache() = default;
+  // The memory comes from the pool of spare buffers (cpu/spare.h): the
+  // next call finds its pages already mapped.
   KtCache(std::int64_t heads, std::int64_t tiles, std::int64_t tile_floats)
-      : tiles_(tiles), tile_floats_(tile_floats) {
-    const std::int64_t n = heads * tiles;
-    mem_ = take(static_cast<std::size_t>(n * tile_floats), &floats_);
+      : mem_(static_cast<std::size_t>(heads * tiles * tile_floats)), tiles_(tiles), tile_floats_(tile_floats) {
     if (!mem_) return;  // then every block packs its own tiles
+    const std::int64_t n = heads * tiles;
     state_.reset(new std::atomic<std::uint8_t>[static_cast<std::size_t>(n)]);
     for (std::int64_t i = 0; i < n; ++i) state_[i].store(0, std::memory_order_relaxed);
   }
   KtCache(KtCache&&) = default;
   KtCache& operator=(KtCache&&) = default;
-  ~KtCache() {
-    if (mem_) give_back(std::move(mem_), floats_);
-  }
-  bool enabled() const { return mem_ != nullptr; }
+  bool enabled() const { return static_cast<bool>(mem_); }
 
   // The packed tile t of head slot `head` if it is ready, or after packing
   // it with `pack(dst)` when no one else is; nullptr when another thread is
@@ -237,45 +235,8 @@ class KtCache {
 
  private:
   static constexpr std::uint8_t kEmpty = 0, kPacking = 1, kReady = 2;
-  struct Free {
-    void operator()(float* f) const { std::free(f); }
-  };
-  using Memory = std::unique_ptr<float, Free>;
 
-  // The memory outlives the call: the last (largest) buffer is kept for the
-  // next call, whose pages are then already mapped (a fresh 8 MiB costs 2048
-  // page faults). At most kMaxKtCacheBytes stay held; concurrent calls
-  // allocate their own.
-  struct Spare {
-    std::mutex mu;
-    Memory mem;
-    std::size_t floats = 0;
-  };
-  static Spare& spare() {
-    static Spare s;
-    return s;
-  }
-  static Memory take(std::size_t n, std::size_t* got) {
-    {
-      std::lock_guard<std::mutex> lock(spare().mu);
-      if (spare().mem && spare().floats >= n) {
-        *got = spare().floats;
-        return std::move(spare().mem);
-      }
-    }
-    *got = n;
-    return Memory(static_cast<float*>(std::aligned_alloc(64, (n * 4 + 63) / 64 * 64)));
-  }
-  static void give_back(Memory m, std::size_t n) {
-    std::lock_guard<std::mutex> lock(spare().mu);
-    if (!spare().mem || spare().floats < n) {
-      spare().mem = std::move(m);
-      spare().floats = n;
-    }
-  }
-
-  Memory mem_;
-  std::size_t floats_ = 0;
+  SpareFloats mem_;
   std::unique_ptr<std::atomic<std::uint8_t>[]> state_;
   std::int64_t tiles_ = 0, tile_floats_ = 0;
 };
