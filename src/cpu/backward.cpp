@@ -27,6 +27,7 @@
 // key tile (Kᵀ, Vᵀ, dK, dV: 4 x BC x d) and one query block's tiles; no
 // N x N buffer.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -230,10 +231,12 @@ class Backward : TileOps {
         }
       }
       for (int j = 0; j < n; ++j) {
-        store_row(p_.grad_k, const_cast<void*>(p_.kv_addr(p_.grad_k, b, hk, t0 + j)), d,
-                  dk + static_cast<std::int64_t>(j) * d_pad_);
-        store_row(p_.grad_v, const_cast<void*>(p_.kv_addr(p_.grad_v, b, hk, t0 + j)), dvn,
-                  dv + static_cast<std::int64_t>(j) * dv_pad_);
+        const float* dk_row = dk + static_cast<std::int64_t>(j) * d_pad_;
+        const float* dv_row = dv + static_cast<std::int64_t>(j) * dv_pad_;
+        note_finite(p_.grad_k, dk_row, d);
+        note_finite(p_.grad_v, dv_row, dvn);
+        store_row(p_.grad_k, const_cast<void*>(p_.kv_addr(p_.grad_k, b, hk, t0 + j)), d, dk_row);
+        store_row(p_.grad_v, const_cast<void*>(p_.kv_addr(p_.grad_v, b, hk, t0 + j)), dvn, dv_row);
       }
     }
   }
@@ -255,6 +258,7 @@ class Backward : TileOps {
         for (std::int64_t c = 0; c < p_.d; ++c) out[c] += part[c];
       }
       for (std::int64_t c = 0; c < p_.d; ++c) out[c] *= scale;
+      note_finite(p_.grad_q, out, p_.d);
       store_row(p_.grad_q, p_.grad_q.addr(b, h, p_.q_row(b, i)), p_.d, out);
     }
   }
@@ -269,23 +273,19 @@ class Backward : TileOps {
     }
   }
 
-  // Whether every gradient written is finite.
+  // Whether every gradient written is finite: float32 rows as they were
+  // written (note_finite), 16-bit ones read back, rounded as stored.
   bool finite() const {
+    if (nonfinite_.load(std::memory_order_relaxed)) return false;
     auto rows_ok = [&](const Operand& t, std::int64_t heads, std::int64_t width, bool keys) {
+      if (t.dtype == DType::f32) return true;  // checked as written
       for (std::int64_t b = 0; b < p_.b; ++b)
         for (std::int64_t h = 0; h < heads; ++h) {
           const std::int64_t n = keys ? p_.nkv(b) : p_.nq(b);
           for (std::int64_t j = 0; j < n; ++j) {
             const void* row = keys ? p_.kv_addr(t, b, h, j) : t.addr(b, h, p_.q_row(b, j));
-            if (t.dtype != DType::f32) {  // 16-bit: a value past the type's range is ±inf
-              for (std::int64_t c = 0; c < width; ++c)
-                if (!std::isfinite(load_element(row, t.dtype, c))) return false;
-              continue;
-            }
-            const float* f = static_cast<const float*>(row);
-            float acc = 0;
-            for (std::int64_t c = 0; c < width; ++c) acc += f[c] * 0.0f;  // NaN iff some element is not finite
-            if (acc != 0.0f) return false;
+            for (std::int64_t c = 0; c < width; ++c)  // a value past the 16-bit type's range is ±inf
+              if (!std::isfinite(load_element(row, t.dtype, c))) return false;
           }
         }
       return true;
@@ -300,6 +300,12 @@ class Backward : TileOps {
   }
 
  private:
+  // A float32 gradient row about to be written: whether it is finite, noted
+  // while the row is in cache rather than read back afterwards.
+  void note_finite(const Operand& t, const float* row, std::int64_t width) {
+    if (t.dtype == DType::f32 && !ks_.all_finite(row, width)) nonfinite_.store(true, std::memory_order_relaxed);
+  }
+
   // The working arrays of one key tile and one query block.
   struct Tile {
     const float* kt;        // Kᵀ [d_pad x bc_pad]
@@ -391,6 +397,7 @@ class Backward : TileOps {
   Workspace ws_;
   std::int64_t q_rows_ = 0;  // query rows of the call: B * Nq, or total_q when packed
   std::int64_t slices_ = 1, slice_floats_ = 0;
+  std::atomic<bool> nonfinite_{false};  // a float32 gradient row written was not finite
   SpareFloats dq_acc_, qs_, dos_;  // dQ accumulators; Q·scale and dO in row order
   std::vector<float> stat_d_, stat_l_;
   std::vector<double> sink_part_;

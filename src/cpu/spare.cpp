@@ -64,6 +64,18 @@ SpareFloats& SpareFloats::operator=(SpareFloats&& other) noexcept {
 
 SpareFloats::~SpareFloats() { release(); }
 
+std::size_t SpareFloats::held_count() {
+  std::lock_guard<std::mutex> lock(pool().mu);
+  return pool().held.size();
+}
+
+std::size_t SpareFloats::held_bytes() {
+  std::lock_guard<std::mutex> lock(pool().mu);
+  std::size_t bytes = 0;
+  for (const Held& h : pool().held) bytes += h.floats * 4;
+  return bytes;
+}
+
 void SpareFloats::release() {
   if (!data_) return;
   const Held h{std::exchange(data_, nullptr), std::exchange(floats_, 0)};

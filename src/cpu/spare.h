@@ -27,6 +27,10 @@ class SpareFloats {
   float* get() const { return data_; }
   explicit operator bool() const { return data_ != nullptr; }
 
+  // What the pool holds now: buffers and their bytes.
+  static std::size_t held_count();
+  static std::size_t held_bytes();
+
   static constexpr int kMaxHeld = 8;
   static constexpr std::size_t kMaxHeldBytes = std::size_t{256} << 20;
 
