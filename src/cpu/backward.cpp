@@ -132,19 +132,25 @@ class Backward : TileOps {
       float* qs = qs_.get() + at * d_pad_;
       float* dos = dos_.get() + at * dv_pad_;
       // O, dO and Q as float32 (converted from 16 bits where stored so): dO
-      // straight into its packed row, O into this thread's row.
-      thread_local std::vector<float> o_row;
-      o_row.resize(static_cast<std::size_t>(p_.dv));
-      load_row(p_.o, b, h, row, p_.dv, o_row.data());
+      // straight into its packed row, Q times scale into its, O read in
+      // place (float32) or converted into this thread's row.
+      const float* o = static_cast<const float*>(p_.o.addr(b, h, row));
+      if (p_.o.dtype != DType::f32) {
+        thread_local std::vector<float> o_row;
+        o_row.resize(static_cast<std::size_t>(p_.dv));
+        load_row(p_.o, b, h, row, p_.dv, o_row.data());
+        o = o_row.data();
+      }
       load_row(p_.grad_o, b, h, row, p_.dv, dos);
-      load_row(p_.q, b, h, row, p_.d, qs);
-      const float* o = o_row.data();
-      const float* go = dos;
-      double dot = 0;
-      for (std::int64_t c = 0; c < p_.dv; ++c) dot += static_cast<double>(o[c]) * go[c];
-      const float lse = *p_.lse.at<const float>(b, h, row);
       const float scale = static_cast<float>(p_.scale);
-      for (std::int64_t c = 0; c < p_.d; ++c) qs[c] *= scale;
+      if (p_.q.dtype == DType::f32) {
+        ks_.scale_copy(static_cast<const float*>(p_.q.addr(b, h, row)), p_.d, scale, qs);
+      } else {
+        load_row(p_.q, b, h, row, p_.d, qs);
+        for (std::int64_t c = 0; c < p_.d; ++c) qs[c] *= scale;
+      }
+      const double dot = ks_.dot_f64(o, dos, p_.dv);
+      const float lse = *p_.lse.at<const float>(b, h, row);
       for (std::int64_t c = p_.d; c < d_pad_; ++c) qs[c] = 0.0f;
       for (std::int64_t c = p_.dv; c < dv_pad_; ++c) dos[c] = 0.0f;
       stat_d_[at] = static_cast<float>(dot);

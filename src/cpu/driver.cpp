@@ -974,6 +974,11 @@ class Runner : TileOps {
     const float scale = static_cast<float>(p_.scale);
     for (int rr = 0; rr < bl.nr; ++rr) {
       float* row = qs + rr * d;
+      const void* q = p_.q.addr(bl.b, head(bl, rr), p_.q_row(bl.b, query(bl, rr)));
+      if (p_.q.dtype == DType::f32) {
+        ks_.scale_copy(static_cast<const float*>(q), d, scale, row);
+        continue;
+      }
       load_row(p_.q, bl.b, head(bl, rr), p_.q_row(bl.b, query(bl, rr)), d, row);
       for (int c = 0; c < d; ++c) row[c] *= scale;
     }

@@ -63,6 +63,12 @@ struct KernelSet {
   // out[c] = float(double(x[c]) * inv) for c < n: a row's float32 output
   // from its accumulator, the same bits as that scalar expression.
   void (*scale_row)(const float* x, std::int64_t n, double inv, float* out);
+  // out[c] = x[c] * scale for c < n: the same bits as that float32 product.
+  void (*scale_copy)(const float* x, std::int64_t n, float scale, float* out);
+  // Σ a[c]·b[c] over c < n in double: 8 partial sums (c mod 8), each in order
+  // of c, added in order of their index; the products are exact, so every
+  // kernel set gives the same bits.
+  double (*dot_f64)(const float* a, const float* b, std::int64_t n);
   // Whether x[0, n) holds only finite values.
   bool (*all_finite)(const float* x, std::int64_t n);
 

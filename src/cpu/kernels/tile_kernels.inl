@@ -563,6 +563,25 @@ static void scale_row(const float* __restrict x, std::int64_t n, double inv, flo
   for (std::int64_t c = 0; c < n; ++c) out[c] = static_cast<float>(static_cast<double>(x[c]) * inv);
 }
 
+static void scale_copy(const float* __restrict x, std::int64_t n, float scale, float* __restrict out) {
+  std::int64_t c = 0;
+  const Vec vs = vset(scale);
+  for (; c + W <= n; c += W) vstore(out + c, vmul(vload(x + c), vs));
+  for (; c < n; ++c) out[c] = x[c] * scale;
+}
+
+static double dot_f64(const float* __restrict a, const float* __restrict b, std::int64_t n) {
+  double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  std::int64_t c = 0;
+  for (; c + 8 <= n; c += 8)
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) part[k] += static_cast<double>(a[c + k]) * static_cast<double>(b[c + k]);
+  for (int k = 0; c < n; ++c, ++k) part[k] += static_cast<double>(a[c]) * static_cast<double>(b[c]);
+  double sum = 0;
+  for (double x : part) sum += x;
+  return sum;
+}
+
 // Whether x[0, n) holds only finite values (exponent bits not all ones).
 static bool all_finite_row(const float* x, std::int64_t n) {
   std::uint32_t bad = 0;
@@ -576,6 +595,8 @@ static bool all_finite_row(const float* x, std::int64_t n) {
 
 static void fill_kernel_set(KernelSet& ks) {
   ks.scale_row = scale_row;
+  ks.scale_copy = scale_copy;
+  ks.dot_f64 = dot_f64;
   ks.all_finite = all_finite_row;
   ks.to_f32 = convert_to_f32;
   ks.dequant_i8 = dequant_i8;
