@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <set>
 #include <thread>
 #include <utility>
 #include <vector>

@@ -153,12 +153,7 @@ class Backward : TileOps {
       }
       load_row(p_.grad_o, b, h, row, p_.dv, dos);
       const float scale = static_cast<float>(p_.scale);
-      if (p_.q.dtype == DType::f32) {
-        ks_.scale_copy(static_cast<const float*>(p_.q.addr(b, h, row)), p_.d, scale, qs);
-      } else {
-        load_row(p_.q, b, h, row, p_.d, qs);
-        for (std::int64_t c = 0; c < p_.d; ++c) qs[c] *= scale;
-      }
+      load_scaled_row(p_.q, b, h, row, p_.d, scale, qs);
       const double dot = ks_.dot_f64(o, dos, p_.dv);
       const float lse = *p_.lse.at<const float>(b, h, row);
       for (std::int64_t c = p_.d; c < d_pad_; ++c) qs[c] = 0.0f;

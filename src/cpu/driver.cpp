@@ -972,16 +972,8 @@ class Runner : TileOps {
   void load_scaled_q(const Block& bl, float* qs) const {
     const int d = static_cast<int>(p_.d);
     const float scale = static_cast<float>(p_.scale);
-    for (int rr = 0; rr < bl.nr; ++rr) {
-      float* row = qs + rr * d;
-      const void* q = p_.q.addr(bl.b, head(bl, rr), p_.q_row(bl.b, query(bl, rr)));
-      if (p_.q.dtype == DType::f32) {
-        ks_.scale_copy(static_cast<const float*>(q), d, scale, row);
-        continue;
-      }
-      load_row(p_.q, bl.b, head(bl, rr), p_.q_row(bl.b, query(bl, rr)), d, row);
-      for (int c = 0; c < d; ++c) row[c] *= scale;
-    }
+    for (int rr = 0; rr < bl.nr; ++rr)
+      load_scaled_row(p_.q, bl.b, head(bl, rr), p_.q_row(bl.b, query(bl, rr)), d, scale, qs + rr * d);
   }
 
   // One key tile [t0, t0 + n) of a block: the scores, the online softmax
