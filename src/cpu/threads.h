@@ -11,7 +11,8 @@ namespace sdpa::cpu {
 // increasing order from a shared counter, so uneven items balance themselves;
 // which worker runs an item never changes what the item computes.
 //
-// One process-wide pool of sleeping workers serves every call. When another
+// One process-wide pool of workers serves every call; between calls they
+// poll briefly (threads.cpp), then sleep. When another
 // call already holds the pool (calls from several user threads), this call
 // runs its items on the calling thread: still correct and deterministic.
 // If fn throws, no further item is started, and the first exception thrown
