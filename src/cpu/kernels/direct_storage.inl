@@ -351,7 +351,11 @@ constexpr int kHeadKeys = 4;
 constexpr int kHeadValueKeys = 8;
 
 // Head h's rows (and scales) of keys [j0, j0 + nb) into r (sc), and a request
-// for head h's part of the rows k.ahead names for those keys.
+// for head h's part of the rows k.ahead names for those keys. The requests
+// (32 KiB ahead, kHeadAheadBytes) bring lines to L2 only (prefetcht1): in
+// float32, alternated in one process against requests to L1 (H = 32, Hkv =
+// 8, d = 128, Intel Xeon), 3-6% faster at Nkv = 1024 and 16384, 1 and 2
+// threads; float16 the same either way.
 static inline void head_rows(const StoredRows& k, const HeadSteps& hs, int h, int j0, int nb, const void** r,
                              const void** sc) {
   const std::int64_t off = h * hs.row_bytes, soff = h * hs.scale_bytes;
@@ -360,8 +364,8 @@ static inline void head_rows(const StoredRows& k, const HeadSteps& hs, int h, in
     if (k.scales) sc[x] = static_cast<const char*>(k.scales[j0 + x]) + soff;
     if (!k.ahead || !k.ahead[j0 + x]) continue;
     const char* a = static_cast<const char*>(k.ahead[j0 + x]) + off;
-    for (int o = 0; o < k.ahead_bytes; o += 64) __builtin_prefetch(a + o, 0, 3);
-    if (k.ahead_scales) __builtin_prefetch(static_cast<const char*>(k.ahead_scales[j0 + x]) + soff, 0, 3);
+    for (int o = 0; o < k.ahead_bytes; o += 64) __builtin_prefetch(a + o, 0, 2);
+    if (k.ahead_scales) __builtin_prefetch(static_cast<const char*>(k.ahead_scales[j0 + x]) + soff, 0, 2);
   }
 }
 
