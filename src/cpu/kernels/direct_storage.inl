@@ -352,7 +352,7 @@ constexpr int kHeadValueKeys = 8;
 
 // Head h's rows (and scales) of keys [j0, j0 + nb) into r (sc), and a request
 // for head h's part of the rows k.ahead names for those keys. The requests
-// (32 KiB ahead, kHeadAheadBytes) bring lines to L2 only (prefetcht1): in
+// (the driver's kHeadAheadBytes ahead) bring lines to L2 only (prefetcht1): in
 // float32, alternated in one process against requests to L1 (H = 32, Hkv =
 // 8, d = 128, Intel Xeon), 3-6% faster at Nkv = 1024 and 16384, 1 and 2
 // threads; float16 the same either way.
