@@ -12,8 +12,8 @@
 // alternated in one process, 2 threads: decode H = 32, d = 128, Nkv = 1024
 // 1.06 -> 0.90 ms (Hkv = 32) and 0.45 -> 0.31 ms (Hkv = 8); prefill N = 256,
 // H = 16, d = 128 159 -> 168 GFLOP/s; 200 us and 1 ms polls gained no more.
-// Polling is bounded so that idle workers never keep a core from whoever
-// runs next (a BLAS with threads of its own, say).
+// Polling is bounded so that idle workers keep a core from whoever runs next
+// (a BLAS with threads of its own, say) for at most kSpin.
 #include "cpu/threads.h"
 
 #include <atomic>
