@@ -191,6 +191,31 @@ TEST_P(KernelsSet, softmax_step_on_column_spans_gives_the_bits_of_whole_rows) {
   }
 }
 
+// scale_row writes float(double(x) * inv) for every column and says whether
+// the row held only finite values, whatever the row's length and wherever
+// an Inf or NaN sits (the driver recomputes such rows in float64).
+TEST_P(KernelsSet, scale_row_gives_the_scalar_bits_and_whether_the_row_was_finite) {
+  const cpu::KernelSet& ks = *ks_;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  const float specials[] = {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN()};
+  for (int trial = 0; trial < 300; ++trial) {
+    const int n = 1 + static_cast<int>(rng() % 300);
+    std::vector<float> x(n), out(n + 1, 7.0f);
+    for (float& v : x) v = 1e30f * normal(rng);
+    const int bad_at = trial % 3 == 0 ? static_cast<int>(rng() % n) : -1;
+    if (bad_at >= 0) x[bad_at] = specials[trial % 4];
+    const double inv = trial % 7 == 0 ? 0.0 : 1.0 / (1.0 + std::abs(normal(rng)) * 1e3);
+    const bool finite = ks.scale_row(x.data(), n, inv, out.data());
+    const std::string what = std::string(ks.name) + " n=" + std::to_string(n) + " bad at " + std::to_string(bad_at);
+    EXPECT_EQ(finite, bad_at < 0) << what;
+    for (int c = 0; c < n; ++c)
+      ASSERT_EQ(bits(out[c]), bits(static_cast<float>(static_cast<double>(x[c]) * inv))) << what << " column " << c;
+    EXPECT_EQ(bits(out[n]), bits(7.0f)) << what << " wrote past n";
+  }
+}
+
 std::string isa_param_name(const ::testing::TestParamInfo<Isa>& info) { return isa_name(info.param); }
 
 INSTANTIATE_TEST_SUITE_P(Isa, KernelsSet, ::testing::ValuesIn(compiled_isas()), isa_param_name);

@@ -441,18 +441,18 @@ class Runner : TileOps {
     return ps;
   }
   // acc(c) gives the row's accumulator in double; acc_row, when given, holds
-  // the same values as float32 (the kernels then scale the row).
+  // the same values as float32 (the kernels then scale the row). Returns
+  // false when acc_row held a value that is not finite (the partial written
+  // is then to be replaced).
   template <class Acc>
-  void write_partial(float* part, double m, double l, bool seen, Acc acc, const float* acc_row = nullptr) const {
+  bool write_partial(float* part, double m, double l, bool seen, Acc acc, const float* acc_row = nullptr) const {
     std::memcpy(part, &m, sizeof m);
     part[2] = static_cast<float>(l);
     part[3] = seen ? 1.0f : 0.0f;
     const double inv = l > 0 ? 1.0 / l : 0.0;
-    if (acc_row) {
-      ks_.scale_row(acc_row, p_.dv, inv, part + kPartHead);
-      return;
-    }
+    if (acc_row) return ks_.scale_row(acc_row, p_.dv, inv, part + kPartHead);
     for (std::int64_t c = 0; c < p_.dv; ++c) part[kPartHead + c] = static_cast<float>(acc(c) * inv);
+    return true;
   }
 
   float* partial(const Block& bl, std::int64_t split, int rr) {
@@ -478,9 +478,12 @@ class Runner : TileOps {
   // Writes O (and lse) of one row from its m, l and unnormalised acc. `seen`:
   // the row sees at least one key. Only structural masking may leave a row
   // empty (O = 0, lse = -inf); a row that sees keys whose scores are all -inf
-  // (from Inf in the data) is NaN, as softmax over those scores is.
+  // (from Inf in the data) is NaN, as softmax over those scores is. Returns
+  // false, with the lse left unwritten, when acc_row (given for a row that is
+  // not empty) held a value that is not finite: the row is then to be
+  // written again (finish_rows' float64 path).
   template <class Acc>
-  void finish_row(const Block& bl, int rr, double m, double l, bool seen, Acc acc, const float* acc_row = nullptr) {
+  bool finish_row(const Block& bl, int rr, double m, double l, bool seen, Acc acc, const float* acc_row = nullptr) {
     const std::int64_t i = query(bl, rr), h = head(bl, rr);
     Final f = with_sink(bl, rr, m, l);
     void* o = p_.o.addr(bl.b, h, p_.q_row(bl.b, i));
@@ -489,16 +492,19 @@ class Runner : TileOps {
     const double inv = empty ? 0.0 : f.acc_scale / f.l;
     if (p_.o.dtype == DType::f32) {
       float* of = static_cast<float*>(o);
-      if (acc_row && !empty)
-        ks_.scale_row(acc_row, p_.dv, inv, of);
-      else
+      if (acc_row && !empty) {
+        if (!ks_.scale_row(acc_row, p_.dv, inv, of)) return false;
+      } else {
         for (std::int64_t c = 0; c < p_.dv; ++c) of[c] = empty ? 0.0f : static_cast<float>(acc(c) * inv);
+      }
     } else {
+      if (acc_row && !empty && !ks_.all_finite(acc_row, p_.dv)) return false;
       // 16-bit O: rounded from the float32 result, as a float32 computation
       // stored to 16 bits would be.
       for (std::int64_t c = 0; c < p_.dv; ++c) store_float(o, p_.o.dtype, c, empty ? 0.0f : static_cast<float>(acc(c) * inv));
     }
     if (p_.lse.data) *p_.lse.at<float>(bl.b, h, p_.q_row(bl.b, i)) = empty ? kNegInf : static_cast<float>(f.m + std::log(f.l));
+    return true;
   }
 
   // Decode streams K and V from DRAM with little arithmetic per byte: the
@@ -946,15 +952,14 @@ class Runner : TileOps {
     bool any_exact = false;
     for (int rr = 0; rr < bl.nr; ++rr) {
       const float* a = acc + rr * dv_pad;
-      const bool finite = std::isfinite(m[rr]) && std::isfinite(l[rr]) && ks_.all_finite(a, p_.dv);
       const bool empty = m[rr] == kNegInf && !sees_key(bl, rr, kb, ke);
-      if (finite || empty) {
+      if (empty || (std::isfinite(m[rr]) && std::isfinite(l[rr]))) {
+        // The row from float32, its acc checked as it is scaled (an empty
+        // row's acc is 0 and is not read).
         auto acc_f = [&](std::int64_t c) { return static_cast<double>(a[c]); };
-        if (bl.g->pl.splits > 1)
-          write_partial(partial(bl, split, rr), m[rr], l[rr], !empty, acc_f, a);
-        else
-          finish_row(bl, rr, m[rr], l[rr], !empty, acc_f, a);
-        continue;
+        const bool written = bl.g->pl.splits > 1 ? write_partial(partial(bl, split, rr), m[rr], l[rr], !empty, acc_f, a)
+                                                 : finish_row(bl, rr, m[rr], l[rr], !empty, acc_f, a);
+        if (written || empty) continue;
       }
       const ExactRow x = exact_row(bl, rr, kb, ke, exact);
       exact_rows[rr] = {x.m, x.l, true};

@@ -61,8 +61,9 @@ struct KernelSet {
   void (*pack_kt)(const float* const* k, int n, int d, float* kt, int bc_pad);
 
   // out[c] = float(double(x[c]) * inv) for c < n: a row's float32 output
-  // from its accumulator, the same bits as that scalar expression.
-  void (*scale_row)(const float* x, std::int64_t n, double inv, float* out);
+  // from its accumulator, the same bits as that scalar expression; returns
+  // whether x[0, n) holds only finite values (checked in the same pass).
+  bool (*scale_row)(const float* x, std::int64_t n, double inv, float* out);
   // out[c] = x[c] * scale for c < n: the same bits as that float32 product.
   void (*scale_copy)(const float* x, std::int64_t n, float scale, float* out);
   // Σ a[c]·b[c] over c < n in double: 8 partial sums (c mod 8), each in order

@@ -559,8 +559,15 @@ static void softcap(float* s, int rows, int bc_pad, float c) {
 // out[c] = float(double(x[c]) * inv): rounded once from double, as the
 // scalar expression is; the loop is left to the compiler to vectorize with
 // this set's flags.
-static void scale_row(const float* __restrict x, std::int64_t n, double inv, float* __restrict out) {
-  for (std::int64_t c = 0; c < n; ++c) out[c] = static_cast<float>(static_cast<double>(x[c]) * inv);
+static bool scale_row(const float* __restrict x, std::int64_t n, double inv, float* __restrict out) {
+  std::uint32_t bad = 0;
+  for (std::int64_t c = 0; c < n; ++c) {
+    std::uint32_t u;
+    __builtin_memcpy(&u, x + c, sizeof u);
+    bad |= static_cast<std::uint32_t>((u & 0x7f800000u) == 0x7f800000u);
+    out[c] = static_cast<float>(static_cast<double>(x[c]) * inv);
+  }
+  return bad == 0;
 }
 
 static void scale_copy(const float* __restrict x, std::int64_t n, float scale, float* __restrict out) {
