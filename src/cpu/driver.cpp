@@ -955,7 +955,7 @@ class Runner : TileOps {
       const bool empty = m[rr] == kNegInf && !sees_key(bl, rr, kb, ke);
       if (empty || (std::isfinite(m[rr]) && std::isfinite(l[rr]))) {
         // The row from float32, its acc checked as it is scaled (an empty
-        // row's acc is 0 and is not read).
+        // row's acc is 0, so the check passes).
         auto acc_f = [&](std::int64_t c) { return static_cast<double>(a[c]); };
         const bool written = bl.g->pl.splits > 1 ? write_partial(partial(bl, split, rr), m[rr], l[rr], !empty, acc_f, a)
                                                  : finish_row(bl, rr, m[rr], l[rr], !empty, acc_f, a);

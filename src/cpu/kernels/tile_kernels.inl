@@ -556,15 +556,22 @@ static void softcap(float* s, int rows, int bc_pad, float c) {
 
 // ---- A row's output ------------------------------------------------------------
 
+// 1 where x is Inf or NaN (exponent bits all ones), else 0: branch-free, so
+// the loops that OR it over a row vectorize.
+static inline std::uint32_t not_finite(float x) {
+  std::uint32_t u;
+  __builtin_memcpy(&u, &x, sizeof u);
+  return static_cast<std::uint32_t>((u & 0x7f800000u) == 0x7f800000u);
+}
+
 // out[c] = float(double(x[c]) * inv): rounded once from double, as the
-// scalar expression is; the loop is left to the compiler to vectorize with
-// this set's flags.
+// scalar expression is; returns whether x held only finite values, checked
+// in the same pass. The loop is left to the compiler to vectorize with this
+// set's flags.
 static bool scale_row(const float* __restrict x, std::int64_t n, double inv, float* __restrict out) {
   std::uint32_t bad = 0;
   for (std::int64_t c = 0; c < n; ++c) {
-    std::uint32_t u;
-    __builtin_memcpy(&u, x + c, sizeof u);
-    bad |= static_cast<std::uint32_t>((u & 0x7f800000u) == 0x7f800000u);
+    bad |= not_finite(x[c]);
     out[c] = static_cast<float>(static_cast<double>(x[c]) * inv);
   }
   return bad == 0;
@@ -589,14 +596,10 @@ static double dot_f64(const float* __restrict a, const float* __restrict b, std:
   return sum;
 }
 
-// Whether x[0, n) holds only finite values (exponent bits not all ones).
+// Whether x[0, n) holds only finite values.
 static bool all_finite_row(const float* x, std::int64_t n) {
   std::uint32_t bad = 0;
-  for (std::int64_t c = 0; c < n; ++c) {
-    std::uint32_t u;
-    __builtin_memcpy(&u, x + c, sizeof u);
-    bad |= static_cast<std::uint32_t>((u & 0x7f800000u) == 0x7f800000u);
-  }
+  for (std::int64_t c = 0; c < n; ++c) bad |= not_finite(x[c]);
   return bad == 0;
 }
 
