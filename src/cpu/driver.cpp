@@ -120,6 +120,22 @@ constexpr std::int64_t kMaxHeadStateBytes = std::int64_t{16} << 20;
 // this much memory; past it every block packs its own tiles.
 constexpr std::int64_t kMaxKtCacheBytes = std::int64_t{64} << 20;
 
+// A block's Q as the bf16 kernels take it: pack_q_bf16's (bfloat16 Q and K
+// on bf16 products) or pack_q_x3's (float32 on three bf16 parts); neither
+// for the float32 kernels.
+struct PackedQ {
+  const std::uint16_t* bf16 = nullptr;
+  const std::uint16_t* x3 = nullptr;
+};
+
+// Whether blocks of nr rows compute in float32 on three bf16 parts per value
+// (kernel_set.h's x3 members, AMX): every float32 product of a block of more
+// rows than decode, unless Q and K are bfloat16 on bf16 products already.
+bool x3_products(const KernelSet& ks, const Params& p, std::int64_t nr) {
+  if (!ks.scores_x3 || nr <= kDirectRows) return false;
+  return !(ks.bf16_fast && ks.scores_bf16 && p.q.dtype == DType::bf16 && p.k.dtype == DType::bf16);
+}
+
 struct Plan {
   int br = 0, bc = 0;
   std::int64_t rows = 0;    // rows per (b, hk): group * Nq
@@ -344,9 +360,13 @@ class Runner : TileOps {
       // bf16 products, which pack their own bf16 tiles).
       const bool bf16_products = ks.bf16_fast && ks.scores_bf16 && p.q.dtype == DType::bf16 && p.k.dtype == DType::bf16;
       const std::int64_t tiles = ceil_div(n_kv, g.pl.bc), heads = nb * p.h_kv;
+      // A tile of three bf16 parts (x3_products) takes 6 bytes a value, d
+      // rounded up to whole AMX rows.
+      const std::int64_t tile_floats =
+          x3_products(ks, p, g.pl.rows) ? round_up(3 * round_up(p.d, ks.bf16_kpad) * g.pl.bc / 2, 16) : p.d * g.pl.bc;
       if (g.pl.rows > kDirectRows && g.pl.blocks >= 2 && !bf16_products && n_kv > 0 &&
-          heads * tiles * p.d * g.pl.bc * 4 <= kMaxKtCacheBytes)
-        g.kt = KtCache(heads, tiles, p.d * g.pl.bc);
+          heads * tiles * tile_floats * 4 <= kMaxKtCacheBytes)
+        g.kt = KtCache(heads, tiles, tile_floats);
       if (g.pl.splits > 1) {
         g.partials.resize(static_cast<std::size_t>(nb * p.h_kv * g.pl.items() * g.pl.slot_rows() * part_stride()));
         merges += nb * p.h_kv * g.pl.blocks;
@@ -714,15 +734,36 @@ class Runner : TileOps {
   // (then row_begin/row_end hold them).
   // With `spans`, a ranged float32 tile without an explicit mask or ALiBi
   // fills them and is masked within them only (spans->set).
-  bool score_tile(const Block& bl, const float* qs, const std::uint16_t* q2, std::int64_t t0, int n, int bc_pad,
+  bool score_tile(const Block& bl, const float* qs, const PackedQ& pq, std::int64_t t0, int n, int bc_pad,
                   float* kt, float* s, int* row_begin, int* row_end, const BlockRange& br,
                   ScoresStage stage = ScoresStage::masked, Spans* spans = nullptr) {
-    if (q2) {
-      // bfloat16 Q and K on bf16 products (q2: the block's packed Q).
+    if (pq.bf16) {
+      // bfloat16 Q and K on bf16 products (pq.bf16: the block's packed Q).
       const std::uint16_t** k = bf16_rows(p_.k, bl, t0, n);
       std::uint16_t* kt2 = bf16_scratch().kt2;
       ks_.pack_kt_bf16(k, n, static_cast<int>(p_.d), kt2, bc_pad);
-      ks_.scores_bf16(q2, bl.nr, static_cast<int>(p_.d), kt2, bc_pad, static_cast<float>(p_.scale), s);
+      ks_.scores_bf16(pq.bf16, bl.nr, static_cast<int>(p_.d), kt2, bc_pad, static_cast<float>(p_.scale), s);
+      return finish_scores(bl, t0, n, bc_pad, s, row_begin, row_end, br, stage);
+    }
+    if (pq.x3) {
+      // float32 on the parts (pq.x3: the block's Qs in parts). Every column
+      // is computed, ranged tiles too; mask_tile sets the invisible ones.
+      const float** k = tile_rows();
+      const int d = static_cast<int>(p_.d);
+      auto pack = [&](float* dst) {
+        kv_rows(p_.k, bl, t0, n, k);
+        ks_.pack_kt_x3(k, n, d, reinterpret_cast<std::uint16_t*>(dst), bc_pad);
+      };
+      const std::uint16_t* packed = nullptr;
+      Group& g = *bl.g;
+      if (g.kt.enabled() && t0 % g.pl.bc == 0 && n == std::min<std::int64_t>(g.pl.bc, p_.nkv(bl.b) - t0))
+        packed = reinterpret_cast<const std::uint16_t*>(g.kt.tile((bl.b - g.b0) * p_.h_kv + bl.hk, t0 / g.pl.bc, pack));
+      if (!packed) {
+        std::uint16_t* kt3 = x3_scratch().kt3;
+        pack(reinterpret_cast<float*>(kt3));
+        packed = kt3;
+      }
+      ks_.scores_x3(pq.x3, bl.nr, d, packed, bc_pad, s);
       return finish_scores(bl, t0, n, bc_pad, s, row_begin, row_end, br, stage);
     }
     if (bl.nr <= kDirectRows) {
@@ -811,6 +852,24 @@ class Runner : TileOps {
     return ks_.bf16_fast && ks_.pv_bf16 && p_.round_p && nr > kDirectRows && p_.v.dtype == DType::bf16;
   }
 
+  // Per-thread packed parts (x3_products): q3 for a block, kt3 and v3 for a
+  // tile of up to twice the set's BC keys.
+  struct X3Scratch {
+    std::uint16_t *q3, *kt3, *v3;
+  };
+  X3Scratch x3_scratch() const {
+    thread_local std::vector<std::uint16_t> mem;
+    const std::int64_t d2 = round_up(p_.d, ks_.bf16_kpad), rows = round_up(ks_.br, ks_.bf16_rpad),
+                       keys = round_up(2 * ks_.bc, ks_.bf16_kpad);
+    const std::int64_t nq3 = 3 * rows * d2, nkt3 = 3 * d2 * keys, nv3 = 3 * keys * round_up(p_.dv, ks_.w);
+    const std::int64_t pad = 32;  // keep each array 64-byte aligned
+    const std::size_t need = static_cast<std::size_t>(round_up(nq3, pad) + round_up(nkt3, pad) + round_up(nv3, pad) + pad);
+    if (mem.size() < need) mem.resize(need);
+    std::uint16_t* base = mem.data();
+    base += (pad - (reinterpret_cast<std::uintptr_t>(base) / 2) % pad) % pad;
+    return {base, base + round_up(nq3, pad), base + round_up(nq3, pad) + round_up(nkt3, pad)};
+  }
+
   // The stages after scale·q·k: softcap, then masks. ranges_set: row_begin
   // and row_end already hold the tile's ranges (tile_ranges).
   bool finish_scores(const Block& bl, std::int64_t t0, int n, int bc_pad, float* s, int* row_begin, int* row_end,
@@ -872,18 +931,15 @@ class Runner : TileOps {
     // already zero padded to a multiple of 16 floats).
     thread_local const float* v_src[kMaxTileKeys];
     kv_rows(p_.v, bl, t0, n, v_src);
-    bool sanitize = false;
-    if (p_.mask.data) {
-      for (int j = 0; j < n && !sanitize; ++j)
-        for (std::int64_t c = 0; c < p_.dv; ++c)
-          if (!std::isfinite(v_src[j][c])) {
-            sanitize = true;
-            break;
-          }
-    }
+    // On the parts (x3), every row reads all of the tile's keys: a key a row
+    // does not see adds exactly 0 (its P is 0) as long as its value is finite,
+    // so a tile whose rows see different keys is sanitised as one with an
+    // explicit mask is.
+    const bool x3 = x3_products(ks_, p_, bl.nr);
+    const bool sanitize = (p_.mask.data || (x3 && row_end)) && !tile_finite(v_src, n);
     // V is read as it is unless its float32 rows need padding (dv % W) or sanitising.
     const float** v = tile_rows();
-    if ((bl.g->pl.pack_v && p_.v.dtype == DType::f32) || sanitize) {
+    if ((bl.g->pl.pack_v && p_.v.dtype == DType::f32 && !x3) || sanitize) {
       for (int j = 0; j < n; ++j) {
         float* dst = vp + j * dv_pad;
         const float* src = v_src[j];
@@ -894,23 +950,29 @@ class Runner : TileOps {
     } else {
       for (int j = 0; j < n; ++j) v[j] = v_src[j];
     }
-    if (row_end && bl.nr > kDirectRows && (sanitize || tile_finite(v, n))) {
-      // Rows that see different keys (a causal diagonal, a window's edge):
-      // with V finite, a masked key adds exactly 0 (its P is 0), so each
-      // microkernel strip of MR rows runs over the union of its rows' keys,
-      // rather than the keys all of them see plus one-row strips for the
-      // rest (a fraction of the FMA rate). The sums are the same: the same
-      // keys in the same order, plus zeros.
-      thread_local Spans wide;
-      if (!spans || !spans->set) {
-        strip_spans(bl.nr, n, row_begin, row_end, wide);
-        spans = &wide;
+    if (x3) {
+      std::uint16_t* v3 = x3_scratch().v3;
+      ks_.pack_v_x3(v, n, static_cast<int>(p_.dv), v3, static_cast<int>(dv_pad));
+      ks_.pv_x3(s, bl.nr, n, bc_pad, v3, static_cast<int>(dv_pad), acc, alpha);
+    } else {
+      if (row_end && bl.nr > kDirectRows && (sanitize || tile_finite(v, n))) {
+        // Rows that see different keys (a causal diagonal, a window's edge):
+        // with V finite, a masked key adds exactly 0 (its P is 0), so each
+        // microkernel strip of MR rows runs over the union of its rows' keys,
+        // rather than the keys all of them see plus one-row strips for the
+        // rest (a fraction of the FMA rate). The sums are the same: the same
+        // keys in the same order, plus zeros.
+        thread_local Spans wide;
+        if (!spans || !spans->set) {
+          strip_spans(bl.nr, n, row_begin, row_end, wide);
+          spans = &wide;
+        }
+        row_begin = spans->ub;
+        row_end = spans->ue;
       }
-      row_begin = spans->ub;
-      row_end = spans->ue;
+      ks_.pv(s, bl.nr, n, bc_pad, v, static_cast<int>(dv_pad), acc, alpha, row_begin, row_end,
+             bl.nr <= kDirectRows ? rows_ahead_bytes() : 0);
     }
-    ks_.pv(s, bl.nr, n, bc_pad, v, static_cast<int>(dv_pad), acc, alpha, row_begin, row_end,
-           bl.nr <= kDirectRows ? rows_ahead_bytes() : 0);
     if (!sanitize) return;
     for (int j = 0; j < n; ++j)
       for (std::int64_t c = 0; c < p_.dv; ++c) {
@@ -987,7 +1049,7 @@ class Runner : TileOps {
   // step, dropout and P's rounding, then P·V into acc. `ahead` (decode only)
   // names the rows requested meanwhile, keys [ahead_t0, ahead_t0 + ahead_n)
   // of that block: its K before the scores, its V before P·V.
-  void step_tile(const Block& bl, const float* qs, const std::uint16_t* q2, std::int64_t t0, int n, int bc_pad,
+  void step_tile(const Block& bl, const float* qs, const PackedQ& pq, std::int64_t t0, int n, int bc_pad,
                  float* kt, float* s, float* vp, float* acc, float* m, float* l, float* alpha, int* row_begin,
                  int* row_end, const BlockRange& range, const Block* ahead, std::int64_t ahead_t0,
                  std::int64_t ahead_n) {
@@ -995,7 +1057,7 @@ class Runner : TileOps {
     thread_local Spans spans;
     spans.set = false;
     const bool ranged =
-        score_tile(bl, qs, q2, t0, n, bc_pad, kt, s, row_begin, row_end, range, ScoresStage::masked, &spans);
+        score_tile(bl, qs, pq, t0, n, bc_pad, kt, s, row_begin, row_end, range, ScoresStage::masked, &spans);
     ks_.softmax_step(s, bl.nr, bc_pad, m, l, alpha, spans.set ? spans.sb : nullptr, spans.set ? spans.se : nullptr);
     if (p_.dropout) drop_tile(bl, t0, n, bc_pad, s);
     if (p_.round_p && !bf16_pv(bl.nr)) round_p_tile(s, bl.nr, bc_pad);  // pv_bf16 rounds P itself
@@ -1133,7 +1195,7 @@ class Runner : TileOps {
           const Block& ahead = blocks[last ? 0 : hk + 1];
           const std::int64_t ahead_t0 = last ? t0 + bc : t0;
           const std::int64_t ahead_n = std::min<std::int64_t>(bc, ke - ahead_t0);
-          step_tile(bl, qs_of(hk), nullptr, t0, n, bc_pad, nullptr, s_of(hk), vp, acc_of(hk), m_of(hk), l_of(hk),
+          step_tile(bl, qs_of(hk), PackedQ{}, t0, n, bc_pad, nullptr, s_of(hk), vp, acc_of(hk), m_of(hk), l_of(hk),
                     alpha_of(hk), row_begin, row_end, range, &ahead, ahead_t0, ahead_n);
         }
         continue;
@@ -1232,14 +1294,18 @@ class Runner : TileOps {
     load_scaled_q(bl, qs);
     // bf16 products take Q unscaled, as stored (the kernel scales S): the
     // products stay exact.
-    const std::uint16_t* q2 = nullptr;
+    PackedQ pq;
     if (bf16_scores(bl.nr)) {
       thread_local const std::uint16_t* q_rows[kMaxBlockRows];
       for (int rr = 0; rr < bl.nr; ++rr)
         q_rows[rr] = static_cast<const std::uint16_t*>(p_.q.addr(bl.b, head(bl, rr), p_.q_row(bl.b, query(bl, rr))));
       std::uint16_t* packed = bf16_scratch().q2;
       ks_.pack_q_bf16(q_rows, bl.nr, d, packed);
-      q2 = packed;
+      pq.bf16 = packed;
+    } else if (x3_products(ks_, p_, bl.nr)) {
+      std::uint16_t* packed = x3_scratch().q3;
+      ks_.pack_q_x3(qs, bl.nr, d, packed);
+      pq.x3 = packed;
     }
 
     for (int rr = 0; rr < bl.nr; ++rr) {
@@ -1259,7 +1325,7 @@ class Runner : TileOps {
     for (std::int64_t t0 = kb; t0 < ke; t0 += bc) {
       const int n = static_cast<int>(std::min<std::int64_t>(bc, ke - t0));
       const int bc_pad = static_cast<int>(round_up(n, ks_.nr));
-      step_tile(bl, qs, q2, t0, n, bc_pad, kt, s, vp, acc, m, l, alpha, row_begin, row_end, range,
+      step_tile(bl, qs, pq, t0, n, bc_pad, kt, s, vp, acc, m, l, alpha, row_begin, row_end, range,
                 ahead_ok ? &bl : nullptr, t0 + bc, std::min<std::int64_t>(bc, ke - t0 - bc));
     }
 
@@ -1271,7 +1337,7 @@ class Runner : TileOps {
       // float32 pass leaves them 0 (m = +inf makes exp(s - m) vanish).
       for (int rr = 0; rr < bl.nr; ++rr)
         if (exact_rows[rr].seen) m[rr] = std::numeric_limits<float>::infinity();
-      write_matrices(bl, qs, q2, kt, s, m, l, inv, row_begin, row_end, range);
+      write_matrices(bl, qs, pq, kt, s, m, l, inv, row_begin, row_end, range);
       if (any_exact)
         for (int rr = 0; rr < bl.nr; ++rr)
           if (exact_rows[rr].seen) exact_matrix_row(bl, rr, exact_rows[rr]);
@@ -1311,7 +1377,7 @@ class Runner : TileOps {
 
   // The Nq x Nkv outputs: probabilities P = exp(S - m) / l (0 at invisible
   // keys) and the scores at the stage asked for, tile by tile over every key.
-  void write_matrices(const Block& bl, const float* qs, const std::uint16_t* q2, float* kt, float* s, float* m, const float* l, float* inv,
+  void write_matrices(const Block& bl, const float* qs, const PackedQ& pq, float* kt, float* s, float* m, const float* l, float* inv,
                       int* row_begin, int* row_end, const BlockRange& range) {
     for (int rr = 0; rr < bl.nr; ++rr) {
       const Final f = with_sink(bl, rr, m[rr], l[rr]);
@@ -1328,11 +1394,11 @@ class Runner : TileOps {
           std::memcpy(out.at<float>(bl.b, head(bl, rr), query(bl, rr)) + t0, s + rr * bc_pad, n * sizeof(float));
       };
       if (p_.scores.data && !probs_stage) {
-        score_tile(bl, qs, q2, t0, n, bc_pad, kt, s, row_begin, row_end, range, p_.scores_stage);
+        score_tile(bl, qs, pq, t0, n, bc_pad, kt, s, row_begin, row_end, range, p_.scores_stage);
         copy_out(p_.scores);
       }
       if (p_.probs.data || probs_stage) {
-        score_tile(bl, qs, q2, t0, n, bc_pad, kt, s, row_begin, row_end, range);
+        score_tile(bl, qs, pq, t0, n, bc_pad, kt, s, row_begin, row_end, range);
         ks_.probs(s, bl.nr, bc_pad, m, inv);
         if (p_.probs.data) copy_out(p_.probs);
         if (probs_stage) copy_out(p_.scores);

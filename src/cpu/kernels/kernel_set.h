@@ -216,6 +216,37 @@ struct KernelSet {
   int bf16_kpad = 2;
   int bf16_rpad = 1;
   bool bf16_fast = false;
+
+  // ---- float32 on bf16 tiles: three parts per value (AMX) -------------------
+  // Set where bf16 products run so much faster than float32 FMAs that three
+  // bf16 parts per value still win (AMX), nullptr in every other set. A
+  // float32 x is x0 + x1 + x2, each part a bf16 to nearest even of what the
+  // parts before it leave, exactly so for |x| above about 2^-110 (bf16's
+  // normal range); a product takes the six part products q_i·k_j with
+  // i + j <= 2 (what is left out is below 2^-23 of it), the five small ones
+  // summed first, then q0·k0: so a sum errs as a float32 dot product of the
+  // same values, plus under two float32 roundings of each product. Inf or NaN
+  // in an operand makes NaN parts, which reach the sums. Shapes and padding
+  // are the bf16 members' (bf16_kpad, bf16_rpad); each array holds three of
+  // their layouts, one per part.
+
+  // q3: pack_q_bf16's [rows_pad x d2] layout of Qs [rows x d] (float32, d
+  // apart), part p at q3 + p*rows_pad*d2.
+  void (*pack_q_x3)(const float* qs, int rows, int d, std::uint16_t* q3) = nullptr;
+  // kt3: pack_kt_bf16's layout of float32 key rows, part p at kt3 + p*d2*bc_pad.
+  void (*pack_kt_x3)(const float* const* k, int n, int d, std::uint16_t* kt3, int bc_pad) = nullptr;
+  // S [rows_pad x bc_pad] = Qs·Kᵀ (no scale: Qs has it), pad rows 0.
+  void (*scores_x3)(const std::uint16_t* q3, int rows, int d, const std::uint16_t* kt3, int bc_pad, float* s) = nullptr;
+  // v3: pack_v_bf16's layout of float32 value rows, part p at v3 +
+  // p*n_pad*dv_pad (n_pad: n rounded up to bf16_kpad).
+  void (*pack_v_x3)(const float* const* v, int n, int dv, std::uint16_t* v3, int dv_pad) = nullptr;
+  // acc [rows x dv_pad] = acc * alpha[r] + P·V, P float32 (rows p_stride
+  // apart, n read per row) split into parts here, V from pack_v_x3. alpha may
+  // be nullptr (1). n <= 2*bc (the driver's widest float32 tile). As pv_bf16:
+  // every row reads all n keys (no key ranges), and only acc's `rows` rows
+  // are read and written.
+  void (*pv_x3)(const float* p, int rows, int n, int p_stride, const std::uint16_t* v3, int dv_pad, float* acc,
+                const float* alpha) = nullptr;
 };
 
 }  // namespace sdpa::cpu

@@ -229,6 +229,291 @@ static void pv_bf16(const float* p, int rows, int n, int p_stride, const std::ui
   }
 }
 
+
+// ---- float32 on AMX: each value as three bf16 parts -----------------------------
+
+// x = x0 + x1 + x2 exactly: x0 = bf16(x), x1 = bf16(x - x0), x2 = bf16(x - x0 -
+// x1), each to nearest even. A float32 has 24 significant bits and each part
+// takes 8 of them, so the last remainder is a bf16 itself; only parts below
+// bf16's normal range (x under about 2^-110) are lost, as the instructions
+// read subnormal inputs as 0. Inf and NaN make NaN parts, so they reach the
+// sums. The parts of 32 values at once: lo = values 0..15, hi = 16..31.
+static inline __m512 widen_lo(__m512i b) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(b)), 16));
+}
+static inline __m512 widen_hi(__m512i b) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(b, 1)), 16));
+}
+static inline void split3(__m512 lo, __m512 hi, __m512i* parts) {
+  parts[0] = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+  lo = _mm512_sub_ps(lo, widen_lo(parts[0]));
+  hi = _mm512_sub_ps(hi, widen_hi(parts[0]));
+  parts[1] = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+  lo = _mm512_sub_ps(lo, widen_lo(parts[1]));
+  hi = _mm512_sub_ps(hi, widen_hi(parts[1]));
+  parts[2] = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+}
+
+// Splits `count` rows of `n` floats (rows[i]) into three arrays of bf16 rows,
+// `stride` values apart, part p at out + p * part: values past n up to
+// n_pad (a multiple of 32) are 0, and only n values of each row are read.
+static void split_rows(const float* const* rows, int count, int n, int n_pad, std::uint16_t* out, std::int64_t part,
+                       int stride) {
+  for (int i = 0; i < count; ++i) {
+    const float* src = rows[i];
+    std::uint16_t* dst = out + static_cast<std::int64_t>(i) * stride;
+    for (int c = 0; c < n_pad; c += 2 * W) {
+      const __mmask32 mask = first_lanes32(n - c);
+      const __m512 lo = _mm512_maskz_loadu_ps(static_cast<__mmask16>(mask), src + c);
+      const __m512 hi = _mm512_maskz_loadu_ps(static_cast<__mmask16>(mask >> 16), src + c + W);
+      __m512i parts[3];
+      split3(lo, hi, parts);
+      for (int p = 0; p < 3; ++p) _mm512_storeu_si512(dst + p * part + c, parts[p]);
+    }
+  }
+}
+
+// The products of the parts that a float32 result needs: every q_i·k_j with
+// i + j <= 2. Those left out (i + j >= 3) are below 2^-23 of |q·k| together,
+// as one float32 rounding of the product. The five small ones are summed
+// first, while the sum is small, then q0·k0 on top: the big products' sum
+// rounds as a float32 dot product does, and the small ones' roundings are
+// 2^-8 of that.
+struct PartProduct {
+  int a, b;
+};
+inline constexpr PartProduct kSmall[5] = {{0, 1}, {0, 2}, {1, 1}, {1, 0}, {2, 0}};
+
+// C (16*RT x 16*CT in tiles 0-3) += Σ parts of A·B over `kk` (whole tiles of
+// reduction): A's part p at a + p*a_part, rows a_stride bytes apart, chunk c
+// at + c values; B's at b + p*b_part, pair rows b_stride bytes apart, chunk c
+// at + c*b_chunk values. Tiles 4-5 hold A, 6-7 B.
+template <int RT, int CT>
+static inline void x3_products(const std::uint16_t* a, std::int64_t a_part, long a_stride, std::int64_t a_row16,
+                               const std::uint16_t* b, std::int64_t b_part, long b_stride, std::int64_t b_chunk,
+                               int kk) {
+  _tile_zero(0);
+  if constexpr (CT > 1) _tile_zero(1);
+  if constexpr (RT > 1) _tile_zero(2);
+  if constexpr (RT > 1 && CT > 1) _tile_zero(3);
+  auto load_a = [&](int p, int c) {
+    const std::uint16_t* x = a + p * a_part + c;
+    _tile_loadd(4, x, a_stride);
+    if constexpr (RT > 1) _tile_loadd(5, x + a_row16, a_stride);
+  };
+  auto load_b = [&](int p, int c) {
+    const std::uint16_t* x = b + p * b_part + static_cast<std::int64_t>(c) * b_chunk;
+    _tile_loadd(6, x, b_stride);
+    if constexpr (CT > 1) _tile_loadd(7, x + 2 * kTileCols, b_stride);
+  };
+  auto dp = [&]() {
+    _tile_dpbf16ps(0, 4, 6);
+    if constexpr (CT > 1) _tile_dpbf16ps(1, 4, 7);
+    if constexpr (RT > 1) _tile_dpbf16ps(2, 5, 6);
+    if constexpr (RT > 1 && CT > 1) _tile_dpbf16ps(3, 5, 7);
+  };
+  for (int c = 0; c < kk; c += kTileK) {
+    // kSmall's order, with A and B reloaded only where the part changes.
+    load_a(0, c);
+    load_b(1, c);
+    dp();
+    load_b(2, c);
+    dp();
+    load_a(1, c);
+    load_b(1, c);
+    dp();
+    load_b(0, c);
+    dp();
+    load_a(2, c);
+    dp();
+  }
+  for (int c = 0; c < kk; c += kTileK) {
+    load_a(0, c);
+    load_b(0, c);
+    dp();
+  }
+}
+
+// q3: the three parts of Qs, each [rows_pad x d2] (pack_q_bf16's layout).
+static void pack_q_x3(const float* qs, int rows, int d, std::uint16_t* q3) {
+  const int d2 = round_up_to(d, kBf16KPad), rows_pad = round_up_to(rows, kBf16RPad);
+  const std::int64_t part = static_cast<std::int64_t>(rows_pad) * d2;
+  const float* rp[kTileRows];
+  for (int r0 = 0; r0 < rows; r0 += kTileRows) {
+    const int cnt = min_int(kTileRows, rows - r0);
+    for (int i = 0; i < cnt; ++i) rp[i] = qs + static_cast<std::int64_t>(r0 + i) * d;
+    split_rows(rp, cnt, d, d2, q3 + static_cast<std::int64_t>(r0) * d2, part, d2);
+  }
+  for (int p = 0; p < 3; ++p)
+    for (int r = rows; r < rows_pad; ++r) std::memset(q3 + p * part + static_cast<std::int64_t>(r) * d2, 0, 2 * d2);
+}
+
+// kt3: the three parts of the key tile, each [d2/2 pair rows x bc_pad words]
+// (pack_kt_bf16's layout), part p at kt3 + p * d2 * bc_pad. Eight keys and
+// 32 values at a time: each key's 32 values split into 16 words per part,
+// then transposed in 8x8 blocks of words.
+static void pack_kt_x3(const float* const* k, int n, int d, std::uint16_t* kt3, int bc_pad) {
+  const int d2 = round_up_to(d, kBf16KPad);
+  const std::int64_t part = static_cast<std::int64_t>(d2) * bc_pad;
+  auto at = [&](int p, int c2, int j) { return kt3 + p * part + 2 * (static_cast<std::int64_t>(c2) * bc_pad + j); };
+  for (int j = 0; j < n; j += 8) {
+    for (int c = 0; c < d2; c += 2 * W) {
+      __m256 r[3][2][8];
+      const __mmask32 mask = first_lanes32(d - c);
+      for (int i = 0; i < 8; ++i) {
+        __m512i parts[3] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
+        if (j + i < n) {
+          const __m512 lo = _mm512_maskz_loadu_ps(static_cast<__mmask16>(mask), k[j + i] + c);
+          const __m512 hi = _mm512_maskz_loadu_ps(static_cast<__mmask16>(mask >> 16), k[j + i] + c + W);
+          split3(lo, hi, parts);
+        }
+        for (int p = 0; p < 3; ++p) {
+          r[p][0][i] = _mm256_castsi256_ps(_mm512_castsi512_si256(parts[p]));
+          r[p][1][i] = _mm256_castsi256_ps(_mm512_extracti64x4_epi64(parts[p], 1));
+        }
+      }
+      for (int p = 0; p < 3; ++p)
+        for (int h = 0; h < 2; ++h) {
+          transpose8x8(r[p][h]);
+          for (int i = 0; i < 8; ++i)
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(at(p, c / 2 + 8 * h + i, j)), _mm256_castps_si256(r[p][h][i]));
+        }
+    }
+  }
+  // Columns from n rounded up to 8 on are 0.
+  const int filled = round_up_to(n, 8);
+  for (int p = 0; p < 3; ++p)
+    for (int c2 = 0; c2 < d2 / 2; ++c2)
+      if (filled < bc_pad) std::memset(at(p, c2, filled), 0, sizeof(std::uint32_t) * (bc_pad - filled));
+}
+
+// S [rows_pad x bc_pad] = Qs·Kᵀ from the parts.
+static void scores_x3(const std::uint16_t* q3, int rows, int d, const std::uint16_t* kt3, int bc_pad, float* s) {
+  const int d2 = round_up_to(d, kBf16KPad), rows_pad = round_up_to(rows, kBf16RPad);
+  const int rt = rows_pad / kTileRows, ct = bc_pad / kTileCols;
+  const std::int64_t q_part = static_cast<std::int64_t>(rows_pad) * d2, k_part = static_cast<std::int64_t>(d2) * bc_pad;
+  const long q_stride = 2L * d2, kt_stride = 4L * bc_pad, s_stride = 4L * bc_pad;
+  const TileScope tiles;
+  for (int r = 0; r < rt; r += 2) {
+    const std::uint16_t* qr = q3 + static_cast<std::int64_t>(r) * kTileRows * d2;
+    float* sr = s + static_cast<std::int64_t>(r) * kTileRows * bc_pad;
+    float* sr1 = sr + static_cast<std::int64_t>(kTileRows) * bc_pad;
+    const std::int64_t q16 = static_cast<std::int64_t>(kTileRows) * d2;
+    for (int c = 0; c < ct; c += 2) {
+      const std::uint16_t* kc = kt3 + 2 * c * kTileCols;
+      float* sc = sr + c * kTileCols;
+      const bool two_rows = r + 1 < rt, two_cols = c + 1 < ct;
+      if (two_rows && two_cols) {
+        x3_products<2, 2>(qr, q_part, q_stride, q16, kc, k_part, kt_stride, bc_pad, d2);
+        _tile_stored(0, sc, s_stride);
+        _tile_stored(1, sc + kTileCols, s_stride);
+        _tile_stored(2, sr1 + c * kTileCols, s_stride);
+        _tile_stored(3, sr1 + c * kTileCols + kTileCols, s_stride);
+      } else if (two_rows) {
+        x3_products<2, 1>(qr, q_part, q_stride, q16, kc, k_part, kt_stride, bc_pad, d2);
+        _tile_stored(0, sc, s_stride);
+        _tile_stored(2, sr1 + c * kTileCols, s_stride);
+      } else if (two_cols) {
+        x3_products<1, 2>(qr, q_part, q_stride, q16, kc, k_part, kt_stride, bc_pad, d2);
+        _tile_stored(0, sc, s_stride);
+        _tile_stored(1, sc + kTileCols, s_stride);
+      } else {
+        x3_products<1, 1>(qr, q_part, q_stride, q16, kc, k_part, kt_stride, bc_pad, d2);
+        _tile_stored(0, sc, s_stride);
+      }
+    }
+  }
+}
+
+// v3: the three parts of the value tile, each [n_pad/2 pair rows x dv_pad
+// words] (pack_v_bf16's layout, n_pad = n rounded up to 32), part p at
+// v3 + p * n_pad * dv_pad.
+static void pack_v_x3(const float* const* v, int n, int dv, std::uint16_t* v3, int dv_pad) {
+  alignas(64) static constexpr std::uint16_t kLo[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
+                                                        37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
+                                                        11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  alignas(64) static constexpr std::uint16_t kHi[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21,
+                                                        53, 22, 54, 23, 55, 24, 56, 25, 57, 26, 58,
+                                                        27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+  const __m512i lo = _mm512_load_si512(kLo), hi = _mm512_load_si512(kHi);
+  const int pairs_pad = round_up_to(n, kBf16KPad) / 2;
+  const std::int64_t part = 2 * static_cast<std::int64_t>(pairs_pad) * dv_pad;
+  for (int j2 = 0; j2 < pairs_pad; ++j2) {
+    const float* r0 = 2 * j2 < n ? v[2 * j2] : nullptr;
+    const float* r1 = 2 * j2 + 1 < n ? v[2 * j2 + 1] : nullptr;
+    if (!r0) {
+      for (int p = 0; p < 3; ++p)
+        std::memset(v3 + p * part + 2 * static_cast<std::int64_t>(j2) * dv_pad, 0, sizeof(std::uint32_t) * dv_pad);
+      continue;
+    }
+    for (int c = 0; c < dv_pad; c += 2 * W) {
+      const __mmask32 mask = first_lanes32(dv - c);
+      __m512i a[3], b[3] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
+      split3(_mm512_maskz_loadu_ps(static_cast<__mmask16>(mask), r0 + c),
+             _mm512_maskz_loadu_ps(static_cast<__mmask16>(mask >> 16), r0 + c + W), a);
+      if (r1)
+        split3(_mm512_maskz_loadu_ps(static_cast<__mmask16>(mask), r1 + c),
+               _mm512_maskz_loadu_ps(static_cast<__mmask16>(mask >> 16), r1 + c + W), b);
+      for (int p = 0; p < 3; ++p) {
+        std::uint16_t* dst = v3 + p * part + 2 * static_cast<std::int64_t>(j2) * dv_pad;
+        _mm512_storeu_si512(dst + 2 * c, _mm512_permutex2var_epi16(a[p], lo, b[p]));
+        if (c + W < dv_pad) _mm512_storeu_si512(dst + 2 * (c + W), _mm512_permutex2var_epi16(a[p], hi, b[p]));
+      }
+    }
+  }
+}
+
+// Keys a P·V tile on parts may hold: the driver's widest float32 tile
+// (twice the set's BC at small d).
+inline constexpr int kX3Keys = 2 * kMaxKeys;
+
+// acc [rows x dv_pad] = acc·alpha + P·V from the parts of P (split here, per
+// strip of 32 rows) and V (pack_v_x3).
+static void pv_x3(const float* p, int rows, int n, int p_stride, const std::uint16_t* v3, int dv_pad, float* acc,
+                  const float* alpha) {
+  alignas(64) std::uint16_t pp[3 * 2 * kTileRows * kX3Keys];
+  alignas(64) float out[2 * kTileRows * 2 * kTileCols];
+  const int kk = round_up_to(n, kBf16KPad), ct = dv_pad / kTileCols;
+  const std::int64_t p_part = 2 * kTileRows * kX3Keys, v_part = static_cast<std::int64_t>(kk) * dv_pad;
+  const long p_stride_b = 2L * kX3Keys, v_stride = 4L * dv_pad, out_stride = 4L * kTileCols * 2;
+  const std::int64_t p_row16 = static_cast<std::int64_t>(kTileRows) * kX3Keys;
+  const TileScope tiles;
+  for (int r0 = 0; r0 < rows; r0 += 2 * kTileRows) {
+    const int m = min_int(2 * kTileRows, rows - r0);
+    const bool two_rows = m > kTileRows;
+    const int strip = (two_rows ? 2 : 1) * kTileRows;
+    const float* rp[2 * kTileRows];
+    for (int i = 0; i < m; ++i) rp[i] = p + static_cast<std::int64_t>(r0 + i) * p_stride;
+    split_rows(rp, m, n, kk, pp, p_part, kX3Keys);
+    for (int part = 0; part < 3; ++part)
+      for (int i = m; i < strip; ++i) std::memset(pp + part * p_part + i * kX3Keys, 0, 2 * kk);
+    const float* ar = alpha ? alpha + r0 : nullptr;
+    float* accr = acc + static_cast<std::int64_t>(r0) * dv_pad;
+    float* out1 = out + kTileRows * 2 * kTileCols;
+    for (int c = 0; c < ct; c += 2) {
+      const std::uint16_t* vc = v3 + 2 * c * kTileCols;
+      const bool two_cols = c + 1 < ct;
+      if (two_rows && two_cols) x3_products<2, 2>(pp, p_part, p_stride_b, p_row16, vc, v_part, v_stride, dv_pad, kk);
+      else if (two_rows) x3_products<2, 1>(pp, p_part, p_stride_b, p_row16, vc, v_part, v_stride, dv_pad, kk);
+      else if (two_cols) x3_products<1, 2>(pp, p_part, p_stride_b, p_row16, vc, v_part, v_stride, dv_pad, kk);
+      else x3_products<1, 1>(pp, p_part, p_stride_b, p_row16, vc, v_part, v_stride, dv_pad, kk);
+      _tile_stored(0, out, out_stride);
+      if (two_cols) _tile_stored(1, out + kTileCols, out_stride);
+      if (two_rows) _tile_stored(2, out1, out_stride);
+      if (two_rows && two_cols) _tile_stored(3, out1 + kTileCols, out_stride);
+      float* accc = accr + c * kTileCols;
+      for (int r = 0; r < m; ++r) {
+        const __m512 a = _mm512_set1_ps(ar ? ar[r] : 1.0f);
+        for (int x = 0; x < (two_cols ? 2 : 1); ++x) {
+          float* dst = accc + static_cast<std::int64_t>(r) * dv_pad + x * kTileCols;
+          const __m512 pv = _mm512_load_ps(out + r * 2 * kTileCols + x * kTileCols);
+          _mm512_storeu_ps(dst, _mm512_fmadd_ps(_mm512_loadu_ps(dst), a, pv));
+        }
+      }
+    }
+  }
+}
+
 }  // namespace sdpa::cpu::amx
 
 namespace sdpa::cpu {
@@ -245,6 +530,11 @@ void attn_bf16_16x16_amx(KernelSet& ks) {
   ks.bf16_kpad = amx::kBf16KPad;
   ks.bf16_rpad = amx::kBf16RPad;
   ks.bf16_fast = true;
+  ks.pack_q_x3 = amx::pack_q_x3;
+  ks.pack_kt_x3 = amx::pack_kt_x3;
+  ks.scores_x3 = amx::scores_x3;
+  ks.pack_v_x3 = amx::pack_v_x3;
+  ks.pv_x3 = amx::pv_x3;
 }
 
 }  // namespace sdpa::cpu
