@@ -265,6 +265,7 @@ struct Group {
   std::int64_t item0, merge0;
   std::vector<float> partials;  // split-KV partials (m, l, acc[dv]) per row, per chunk
   KtCache kt;                   // prefill: packed key tiles shared by the blocks
+  KtCache v3;                   // prefill on x3 parts: packed value tiles likewise
 };
 
 // The working memory one attend() needs (floats): qs[br*d] kt[d*bc] s[br*bc]
@@ -355,7 +356,7 @@ class Runner : TileOps {
   Runner(const Params& p, const KernelSet& ks) : TileOps(p, ks) {
     std::int64_t items = 0, merges = 0;
     auto add = [&](std::int64_t b0, std::int64_t nb, std::int64_t n_q, std::int64_t n_kv) {
-      Group g{b0, nb, make_plan(p, ks, nb, n_q, n_kv), items, merges, {}, {}};
+      Group g{b0, nb, make_plan(p, ks, nb, n_q, n_kv), items, merges, {}, {}, {}};
       // Worth it when several prefill blocks read each tile (and not for
       // bf16 products, which pack their own bf16 tiles).
       const bool bf16_products = ks.bf16_fast && ks.scores_bf16 && p.q.dtype == DType::bf16 && p.k.dtype == DType::bf16;
@@ -367,6 +368,11 @@ class Runner : TileOps {
       if (g.pl.rows > kDirectRows && g.pl.blocks >= 2 && !bf16_products && n_kv > 0 &&
           heads * tiles * tile_floats * 4 <= kMaxKtCacheBytes)
         g.kt = KtCache(heads, tiles, tile_floats);
+      // Value tiles in parts likewise (pack_v_x3's layout, 6 bytes a value).
+      const std::int64_t v_floats = round_up(3 * round_up(g.pl.bc, ks.bf16_kpad) * g.pl.dv_pad / 2, 16);
+      if (x3_products(ks, p, g.pl.rows) && g.pl.blocks >= 2 && n_kv > 0 && !p.mask.data &&
+          heads * tiles * v_floats * 4 <= kMaxKtCacheBytes)
+        g.v3 = KtCache(heads, tiles, v_floats);
       if (g.pl.splits > 1) {
         g.partials.resize(static_cast<std::size_t>(nb * p.h_kv * g.pl.items() * g.pl.slot_rows() * part_stride()));
         merges += nb * p.h_kv * g.pl.blocks;
@@ -930,12 +936,27 @@ class Runner : TileOps {
     // V's rows as float32: in place, or converted from 16 bits or int8 (then
     // already zero padded to a multiple of 16 floats).
     thread_local const float* v_src[kMaxTileKeys];
+    const bool x3 = x3_products(ks_, p_, bl.nr);
+    Group& g = *bl.g;
+    if (x3 && !row_end && g.v3.enabled() && t0 % g.pl.bc == 0 &&
+        n == std::min<std::int64_t>(g.pl.bc, p_.nkv(bl.b) - t0)) {
+      // A whole tile that every row sees: its parts packed once per call.
+      auto pack = [&](float* dst) {
+        kv_rows(p_.v, bl, t0, n, v_src);
+        ks_.pack_v_x3(v_src, n, static_cast<int>(p_.dv), reinterpret_cast<std::uint16_t*>(dst), static_cast<int>(dv_pad));
+      };
+      const float* packed = g.v3.tile((bl.b - g.b0) * p_.h_kv + bl.hk, t0 / g.pl.bc, pack);
+      if (packed) {
+        ks_.pv_x3(s, bl.nr, n, bc_pad, reinterpret_cast<const std::uint16_t*>(packed), static_cast<int>(dv_pad), acc,
+                  alpha);
+        return;
+      }
+    }
     kv_rows(p_.v, bl, t0, n, v_src);
     // On the parts (x3), every row reads all of the tile's keys: a key a row
     // does not see adds exactly 0 (its P is 0) as long as its value is finite,
     // so a tile whose rows see different keys is sanitised as one with an
     // explicit mask is.
-    const bool x3 = x3_products(ks_, p_, bl.nr);
     const bool sanitize = (p_.mask.data || (x3 && row_end)) && !tile_finite(v_src, n);
     // V is read as it is unless its float32 rows need padding (dv % W) or sanitising.
     const float** v = tile_rows();

@@ -469,49 +469,75 @@ inline constexpr int kX3Keys = 2 * kMaxKeys;
 
 // acc [rows x dv_pad] = acc·alpha + P·V from the parts of P (split here, per
 // strip of 32 rows) and V (pack_v_x3).
+//
+// Software-pipelined: the vector work runs while the tile unit computes. For
+// each column block, the products are issued first; then, before their
+// results are stored, the previous block's results are added into acc and a
+// share of the next strip's rows of P is split. (Split first, then
+// multiplied, it measured 1.5x slower than the products alone at d = 128.)
 static void pv_x3(const float* p, int rows, int n, int p_stride, const std::uint16_t* v3, int dv_pad, float* acc,
                   const float* alpha) {
-  alignas(64) std::uint16_t pp[3 * 2 * kTileRows * kX3Keys];
-  alignas(64) float out[2 * kTileRows * 2 * kTileCols];
+  alignas(64) std::uint16_t pp[2][3 * 2 * kTileRows * kX3Keys];
+  alignas(64) float out[2][2 * kTileRows * 2 * kTileCols];
   const int kk = round_up_to(n, kBf16KPad), ct = dv_pad / kTileCols;
   const std::int64_t p_part = 2 * kTileRows * kX3Keys, v_part = static_cast<std::int64_t>(kk) * dv_pad;
   const long p_stride_b = 2L * kX3Keys, v_stride = 4L * dv_pad, out_stride = 4L * kTileCols * 2;
   const std::int64_t p_row16 = static_cast<std::int64_t>(kTileRows) * kX3Keys;
-  const TileScope tiles;
-  for (int r0 = 0; r0 < rows; r0 += 2 * kTileRows) {
-    const int m = min_int(2 * kTileRows, rows - r0);
-    const bool two_rows = m > kTileRows;
-    const int strip = (two_rows ? 2 : 1) * kTileRows;
-    const float* rp[2 * kTileRows];
-    for (int i = 0; i < m; ++i) rp[i] = p + static_cast<std::int64_t>(r0 + i) * p_stride;
-    split_rows(rp, m, n, kk, pp, p_part, kX3Keys);
+  constexpr int kStrip = 2 * kTileRows;
+  // Rows [i0, i1) of the strip at r0 into buffer b: split, or 0 past rows.
+  auto split_strip = [&](int r0, int i0, int i1, std::uint16_t* b) {
+    const float* rp[kStrip];
+    const int m = min_int(kStrip, rows - r0), e = min_int(i1, m);
+    for (int i = i0; i < e; ++i) rp[i - i0] = p + static_cast<std::int64_t>(r0 + i) * p_stride;
+    if (e > i0) split_rows(rp, e - i0, n, kk, b + i0 * kX3Keys, p_part, kX3Keys);
     for (int part = 0; part < 3; ++part)
-      for (int i = m; i < strip; ++i) std::memset(pp + part * p_part + i * kX3Keys, 0, 2 * kk);
-    const float* ar = alpha ? alpha + r0 : nullptr;
-    float* accr = acc + static_cast<std::int64_t>(r0) * dv_pad;
-    float* out1 = out + kTileRows * 2 * kTileCols;
-    for (int c = 0; c < ct; c += 2) {
-      const std::uint16_t* vc = v3 + 2 * c * kTileCols;
-      const bool two_cols = c + 1 < ct;
-      if (two_rows && two_cols) x3_products<2, 2>(pp, p_part, p_stride_b, p_row16, vc, v_part, v_stride, dv_pad, kk);
-      else if (two_rows) x3_products<2, 1>(pp, p_part, p_stride_b, p_row16, vc, v_part, v_stride, dv_pad, kk);
-      else if (two_cols) x3_products<1, 2>(pp, p_part, p_stride_b, p_row16, vc, v_part, v_stride, dv_pad, kk);
-      else x3_products<1, 1>(pp, p_part, p_stride_b, p_row16, vc, v_part, v_stride, dv_pad, kk);
-      _tile_stored(0, out, out_stride);
-      if (two_cols) _tile_stored(1, out + kTileCols, out_stride);
-      if (two_rows) _tile_stored(2, out1, out_stride);
-      if (two_rows && two_cols) _tile_stored(3, out1 + kTileCols, out_stride);
-      float* accc = accr + c * kTileCols;
-      for (int r = 0; r < m; ++r) {
-        const __m512 a = _mm512_set1_ps(ar ? ar[r] : 1.0f);
-        for (int x = 0; x < (two_cols ? 2 : 1); ++x) {
-          float* dst = accc + static_cast<std::int64_t>(r) * dv_pad + x * kTileCols;
-          const __m512 pv = _mm512_load_ps(out + r * 2 * kTileCols + x * kTileCols);
-          _mm512_storeu_ps(dst, _mm512_fmadd_ps(_mm512_loadu_ps(dst), a, pv));
-        }
+      for (int i = std::max(i0, m); i < i1; ++i) std::memset(b + part * p_part + i * kX3Keys, 0, 2 * kk);
+  };
+  // acc rows [r0, r0 + m), columns of block c, += out (alpha first).
+  auto add_out = [&](int r0, int m, int c, const float* o) {
+    const int cols = c + 1 < ct ? 2 : 1;
+    float* accc = acc + static_cast<std::int64_t>(r0) * dv_pad + c * kTileCols;
+    for (int r = 0; r < m; ++r) {
+      const __m512 a = _mm512_set1_ps(alpha ? alpha[r0 + r] : 1.0f);
+      for (int x = 0; x < cols; ++x) {
+        float* dst = accc + static_cast<std::int64_t>(r) * dv_pad + x * kTileCols;
+        const __m512 pv = _mm512_load_ps(o + r * 2 * kTileCols + x * kTileCols);
+        _mm512_storeu_ps(dst, _mm512_fmadd_ps(_mm512_loadu_ps(dst), a, pv));
       }
     }
+  };
+  const int blocks = (ct + 1) / 2;
+  split_strip(0, 0, kStrip, pp[0]);
+  const TileScope tiles;
+  // The block whose results wait in out[pending & 1] (-1: none), its strip.
+  int pending = -1, pending_r0 = 0, pending_c = 0, pending_m = 0, stored = 0;
+  for (int r0 = 0, strip = 0; r0 < rows; r0 += kStrip, ++strip) {
+    const int m = min_int(kStrip, rows - r0);
+    const bool two_rows = m > kTileRows, more = r0 + kStrip < rows;
+    const std::uint16_t* cur = pp[strip & 1];
+    std::uint16_t* next = pp[(strip + 1) & 1];
+    for (int bi = 0; bi < blocks; ++bi) {
+      const int c = 2 * bi;
+      const std::uint16_t* vc = v3 + 2 * c * kTileCols;
+      const bool two_cols = c + 1 < ct;
+      if (two_rows && two_cols) x3_products<2, 2>(cur, p_part, p_stride_b, p_row16, vc, v_part, v_stride, dv_pad, kk);
+      else if (two_rows) x3_products<2, 1>(cur, p_part, p_stride_b, p_row16, vc, v_part, v_stride, dv_pad, kk);
+      else if (two_cols) x3_products<1, 2>(cur, p_part, p_stride_b, p_row16, vc, v_part, v_stride, dv_pad, kk);
+      else x3_products<1, 1>(cur, p_part, p_stride_b, p_row16, vc, v_part, v_stride, dv_pad, kk);
+      // Meanwhile: the previous block into acc, a share of the next strip.
+      if (pending >= 0) add_out(pending_r0, pending_m, pending_c, out[pending & 1]);
+      if (more) split_strip(r0 + kStrip, bi * kStrip / blocks, (bi + 1) * kStrip / blocks, next);
+      float* o = out[stored & 1];
+      float* o1 = o + kTileRows * 2 * kTileCols;
+      _tile_stored(0, o, out_stride);
+      if (two_cols) _tile_stored(1, o + kTileCols, out_stride);
+      if (two_rows) _tile_stored(2, o1, out_stride);
+      if (two_rows && two_cols) _tile_stored(3, o1 + kTileCols, out_stride);
+      pending = stored++;
+      pending_r0 = r0, pending_c = c, pending_m = m;
+    }
   }
+  if (pending >= 0) add_out(pending_r0, pending_m, pending_c, out[pending & 1]);
 }
 
 }  // namespace sdpa::cpu::amx
