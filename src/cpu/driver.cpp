@@ -839,12 +839,23 @@ class Runner : TileOps {
     thread_local std::vector<std::uint16_t> mem;
     const std::int64_t d2 = round_up(p_.d, ks_.bf16_kpad), rows = round_up(ks_.br, ks_.bf16_rpad);
     const std::int64_t nq2 = rows * d2, nkt2 = d2 * ks_.bc, nv2 = round_up(ks_.bc, ks_.bf16_kpad) * round_up(p_.dv, ks_.w);
-    const std::int64_t pad = 32;  // keep each array 64-byte aligned
-    const std::size_t need = static_cast<std::size_t>(round_up(nq2, pad) + round_up(nkt2, pad) + round_up(nv2, pad) + pad);
+    std::uint16_t* a[3];
+    three_arrays(mem, nq2, nkt2, nv2, a);
+    return {a[0], a[1], a[2]};
+  }
+
+  // Three arrays of 16-bit values, of a, b and c elements, in mem (grown as
+  // needed), each 64-byte aligned.
+  static void three_arrays(std::vector<std::uint16_t>& mem, std::int64_t a, std::int64_t b, std::int64_t c,
+                           std::uint16_t** out) {
+    const std::int64_t pad = 32;
+    const std::size_t need = static_cast<std::size_t>(round_up(a, pad) + round_up(b, pad) + round_up(c, pad) + pad);
     if (mem.size() < need) mem.resize(need);
     std::uint16_t* base = mem.data();
     base += (pad - (reinterpret_cast<std::uintptr_t>(base) / 2) % pad) % pad;
-    return {base, base + round_up(nq2, pad), base + round_up(nq2, pad) + round_up(nkt2, pad)};
+    out[0] = base;
+    out[1] = base + round_up(a, pad);
+    out[2] = out[1] + round_up(b, pad);
   }
 
   // Whether a block of nr rows takes bf16 Q·Kᵀ: bfloat16 Q and K, a kernel
@@ -867,13 +878,9 @@ class Runner : TileOps {
     thread_local std::vector<std::uint16_t> mem;
     const std::int64_t d2 = round_up(p_.d, ks_.bf16_kpad), rows = round_up(ks_.br, ks_.bf16_rpad),
                        keys = round_up(2 * ks_.bc, ks_.bf16_kpad);
-    const std::int64_t nq3 = 3 * rows * d2, nkt3 = 3 * d2 * keys, nv3 = 3 * keys * round_up(p_.dv, ks_.w);
-    const std::int64_t pad = 32;  // keep each array 64-byte aligned
-    const std::size_t need = static_cast<std::size_t>(round_up(nq3, pad) + round_up(nkt3, pad) + round_up(nv3, pad) + pad);
-    if (mem.size() < need) mem.resize(need);
-    std::uint16_t* base = mem.data();
-    base += (pad - (reinterpret_cast<std::uintptr_t>(base) / 2) % pad) % pad;
-    return {base, base + round_up(nq3, pad), base + round_up(nq3, pad) + round_up(nkt3, pad)};
+    std::uint16_t* a[3];
+    three_arrays(mem, 3 * rows * d2, 3 * d2 * keys, 3 * keys * round_up(p_.dv, ks_.w), a);
+    return {a[0], a[1], a[2]};
   }
 
   // The stages after scale·q·k: softcap, then masks. ranges_set: row_begin
