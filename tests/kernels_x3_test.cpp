@@ -165,7 +165,7 @@ TEST_F(KernelsX3, scores_are_within_the_float32_bound_and_err_as_the_float32_ker
         std::vector<float> s(s_size + kGuardElems, from_bits(kGuard32)), s32(s_size), kt(static_cast<std::size_t>(d) * bc_pad);
         ks.pack_q_x3(q.data(), rows, d, q3.data());
         ks.pack_kt_x3(kp.data(), n, d, kt3.data(), bc_pad);
-        ks.scores_x3(q3.data(), rows, d, kt3.data(), bc_pad, s.data());
+        ks.scores_x3(q3.data(), rows, d, kt3.data(), bc_pad, s.data(), nullptr, nullptr);
         ASSERT_TRUE(guard_intact(s, s_size, from_bits(kGuard32))) << "S";
         ks.pack_kt(kp.data(), n, d, kt.data(), bc_pad);
         ks.scores(q.data(), rows, d, kt.data(), bc_pad, s32.data());
@@ -230,7 +230,7 @@ TEST_F(KernelsX3, pv_is_within_the_float32_bound_and_errs_as_the_float32_kernel_
         acc.resize(acc_size + kGuardElems, from_bits(kGuard32));
         std::vector<std::uint16_t> v3(3u * n_pad * dv_pad);
         ks.pack_v_x3(vp.data(), n, dv, v3.data(), dv_pad);
-        ks.pv_x3(p.data(), rows, n, p_stride, v3.data(), dv_pad, acc.data(), alpha.data());
+        ks.pv_x3(p.data(), rows, n, p_stride, v3.data(), dv_pad, acc.data(), alpha.data(), nullptr, nullptr);
         ASSERT_TRUE(guard_intact(acc, acc_size, from_bits(kGuard32))) << "acc";
         ks.pv(p.data(), rows, n, p_stride, vp.data(), dv_pad, acc32.data(), alpha.data(), nullptr, nullptr, 0);
         for (int r = 0; r < rows; ++r)
@@ -273,7 +273,7 @@ TEST_F(KernelsX3, inf_and_nan_reach_the_sums) {
     std::vector<float> s(static_cast<std::size_t>(rows_pad) * bc_pad);
     ks.pack_q_x3(q.data(), rows, d, q3.data());
     ks.pack_kt_x3(kp.data(), n, d, kt3.data(), bc_pad);
-    ks.scores_x3(q3.data(), rows, d, kt3.data(), bc_pad, s.data());
+    ks.scores_x3(q3.data(), rows, d, kt3.data(), bc_pad, s.data(), nullptr, nullptr);
     for (int r = 0; r < rows; ++r) {
       EXPECT_FALSE(std::isfinite(s[static_cast<std::size_t>(r) * bc_pad + 5])) << "row " << r << " bad " << bad;
       EXPECT_TRUE(std::isfinite(s[static_cast<std::size_t>(r) * bc_pad + 4])) << "row " << r << " bad " << bad;
@@ -283,7 +283,7 @@ TEST_F(KernelsX3, inf_and_nan_reach_the_sums) {
     const auto vp = row_pointers(v, n, dv_pad);
     std::vector<float> p(static_cast<std::size_t>(rows) * bc_pad, 0.25f), acc(static_cast<std::size_t>(rows) * dv_pad, 0.0f);
     ks.pack_v_x3(vp.data(), n, d, v3.data(), dv_pad);
-    ks.pv_x3(p.data(), rows, n, bc_pad, v3.data(), dv_pad, acc.data(), nullptr);
+    ks.pv_x3(p.data(), rows, n, bc_pad, v3.data(), dv_pad, acc.data(), nullptr, nullptr, nullptr);
     for (int r = 0; r < rows; ++r) {
       EXPECT_FALSE(std::isfinite(acc[static_cast<std::size_t>(r) * dv_pad + 7])) << "row " << r << " bad " << bad;
       EXPECT_EQ(acc[static_cast<std::size_t>(r) * dv_pad + 6], 0.25f * 0.5f * n) << "row " << r;

@@ -265,7 +265,8 @@ struct Group {
   std::int64_t item0, merge0;
   std::vector<float> partials;  // split-KV partials (m, l, acc[dv]) per row, per chunk
   KtCache kt;                   // prefill: packed key tiles shared by the blocks
-  KtCache v3;                   // prefill on x3 parts: packed value tiles likewise
+  KtCache v3;                   // prefill on x3 parts: packed value tiles likewise,
+  std::int64_t v3_flag = 0;     // each followed at this float by 1 (its values finite) or 0
 };
 
 // The working memory one attend() needs (floats): qs[br*d] kt[d*bc] s[br*bc]
@@ -356,7 +357,7 @@ class Runner : TileOps {
   Runner(const Params& p, const KernelSet& ks) : TileOps(p, ks) {
     std::int64_t items = 0, merges = 0;
     auto add = [&](std::int64_t b0, std::int64_t nb, std::int64_t n_q, std::int64_t n_kv) {
-      Group g{b0, nb, make_plan(p, ks, nb, n_q, n_kv), items, merges, {}, {}, {}};
+      Group g{b0, nb, make_plan(p, ks, nb, n_q, n_kv), items, merges, {}, {}, {}, 0};
       // Worth it when several prefill blocks read each tile (and not for
       // bf16 products, which pack their own bf16 tiles).
       const bool bf16_products = ks.bf16_fast && ks.scores_bf16 && p.q.dtype == DType::bf16 && p.k.dtype == DType::bf16;
@@ -369,10 +370,12 @@ class Runner : TileOps {
           heads * tiles * tile_floats * 4 <= kMaxKtCacheBytes)
         g.kt = KtCache(heads, tiles, tile_floats);
       // Value tiles in parts likewise (pack_v_x3's layout, 6 bytes a value).
-      const std::int64_t v_floats = round_up(3 * round_up(g.pl.bc, ks.bf16_kpad) * g.pl.dv_pad / 2, 16);
+      const std::int64_t v_floats = round_up(3 * round_up(g.pl.bc, ks.bf16_kpad) * g.pl.dv_pad / 2, 16) + 16;
       if (x3_products(ks, p, g.pl.rows) && g.pl.blocks >= 2 && n_kv > 0 && !p.mask.data &&
-          heads * tiles * v_floats * 4 <= kMaxKtCacheBytes)
+          heads * tiles * v_floats * 4 <= kMaxKtCacheBytes) {
         g.v3 = KtCache(heads, tiles, v_floats);
+        g.v3_flag = v_floats - 16;
+      }
       if (g.pl.splits > 1) {
         g.partials.resize(static_cast<std::size_t>(nb * p.h_kv * g.pl.items() * g.pl.slot_rows() * part_stride()));
         merges += nb * p.h_kv * g.pl.blocks;
@@ -752,8 +755,8 @@ class Runner : TileOps {
       return finish_scores(bl, t0, n, bc_pad, s, row_begin, row_end, br, stage);
     }
     if (pq.x3) {
-      // float32 on the parts (pq.x3: the block's Qs in parts). Every column
-      // is computed, ranged tiles too; mask_tile sets the invisible ones.
+      // float32 on the parts (pq.x3: the block's Qs in parts). A ranged tile
+      // computes the tiles of columns its strips' rows see, as below.
       const float** k = tile_rows();
       const int d = static_cast<int>(p_.d);
       auto pack = [&](float* dst) {
@@ -769,7 +772,16 @@ class Runner : TileOps {
         pack(reinterpret_cast<float*>(kt3));
         packed = kt3;
       }
-      ks_.scores_x3(pq.x3, bl.nr, d, packed, bc_pad, s);
+      if (stage == ScoresStage::masked && ranged_tile(t0, n, br)) {
+        tile_ranges(bl, t0, n, row_begin, row_end);
+        ks_.scores_x3(pq.x3, bl.nr, d, packed, bc_pad, s, row_begin, row_end);
+        if (spans && !p_.mask.data && !p_.alibi.data) {
+          strip_spans(bl.nr, bc_pad, row_begin, row_end, *spans);
+          return finish_scores(bl, t0, n, bc_pad, s, row_begin, row_end, br, stage, true, spans);
+        }
+        return finish_scores(bl, t0, n, bc_pad, s, row_begin, row_end, br, stage, true);
+      }
+      ks_.scores_x3(pq.x3, bl.nr, d, packed, bc_pad, s, nullptr, nullptr);
       return finish_scores(bl, t0, n, bc_pad, s, row_begin, row_end, br, stage);
     }
     if (bl.nr <= kDirectRows) {
@@ -945,17 +957,20 @@ class Runner : TileOps {
     thread_local const float* v_src[kMaxTileKeys];
     const bool x3 = x3_products(ks_, p_, bl.nr);
     Group& g = *bl.g;
-    if (x3 && !row_end && g.v3.enabled() && t0 % g.pl.bc == 0 &&
-        n == std::min<std::int64_t>(g.pl.bc, p_.nkv(bl.b) - t0)) {
-      // A whole tile that every row sees: its parts packed once per call.
+    if (x3 && g.v3.enabled() && t0 % g.pl.bc == 0 && n == std::min<std::int64_t>(g.pl.bc, p_.nkv(bl.b) - t0)) {
+      // A whole tile: its parts packed once per call, with whether its
+      // values are finite. Where rows see different keys, a tile that is not
+      // takes the sanitised path below.
       auto pack = [&](float* dst) {
         kv_rows(p_.v, bl, t0, n, v_src);
+        dst[g.v3_flag] = tile_finite(v_src, n) ? 1.0f : 0.0f;
         ks_.pack_v_x3(v_src, n, static_cast<int>(p_.dv), reinterpret_cast<std::uint16_t*>(dst), static_cast<int>(dv_pad));
       };
       const float* packed = g.v3.tile((bl.b - g.b0) * p_.h_kv + bl.hk, t0 / g.pl.bc, pack);
-      if (packed) {
+      if (packed && (!row_end || packed[g.v3_flag] != 0.0f)) {
+        const bool cols = row_end && spans && spans->set;
         ks_.pv_x3(s, bl.nr, n, bc_pad, reinterpret_cast<const std::uint16_t*>(packed), static_cast<int>(dv_pad), acc,
-                  alpha);
+                  alpha, cols ? spans->sb : nullptr, cols ? spans->se : nullptr);
         return;
       }
     }
@@ -981,7 +996,11 @@ class Runner : TileOps {
     if (x3) {
       std::uint16_t* v3 = x3_scratch().v3;
       ks_.pack_v_x3(v, n, static_cast<int>(p_.dv), v3, static_cast<int>(dv_pad));
-      ks_.pv_x3(s, bl.nr, n, bc_pad, v3, static_cast<int>(dv_pad), acc, alpha);
+      // A ranged tile's softmax wrote only its spans' columns (the rest may
+      // hold -inf): P is read there only.
+      const bool cols = row_end && spans && spans->set;
+      ks_.pv_x3(s, bl.nr, n, bc_pad, v3, static_cast<int>(dv_pad), acc, alpha, cols ? spans->sb : nullptr,
+                cols ? spans->se : nullptr);
     } else {
       if (row_end && bl.nr > kDirectRows && (sanitize || tile_finite(v, n))) {
         // Rows that see different keys (a causal diagonal, a window's edge):

@@ -235,18 +235,26 @@ struct KernelSet {
   void (*pack_q_x3)(const float* qs, int rows, int d, std::uint16_t* q3) = nullptr;
   // kt3: pack_kt_bf16's layout of float32 key rows, part p at kt3 + p*d2*bc_pad.
   void (*pack_kt_x3)(const float* const* k, int n, int d, std::uint16_t* kt3, int bc_pad) = nullptr;
-  // S [rows_pad x bc_pad] = Qs·Kᵀ (no scale: Qs has it), pad rows 0.
-  void (*scores_x3)(const std::uint16_t* q3, int rows, int d, const std::uint16_t* kt3, int bc_pad, float* s) = nullptr;
+  // S [rows_pad x bc_pad] = Qs·Kᵀ (no scale: Qs has it), pad rows 0. With
+  // row_begin and row_end (else nullptr), row r sees keys [row_begin[r],
+  // row_end[r]): each strip of bf16_rpad*2 rows computes only the tiles of
+  // columns holding a key one of its rows sees, with the same bits; other
+  // entries are left as they were (the caller masks them).
+  void (*scores_x3)(const std::uint16_t* q3, int rows, int d, const std::uint16_t* kt3, int bc_pad, float* s,
+                    const int* row_begin, const int* row_end) = nullptr;
   // v3: pack_v_bf16's layout of float32 value rows, part p at v3 +
   // p*n_pad*dv_pad (n_pad: n rounded up to bf16_kpad).
   void (*pack_v_x3)(const float* const* v, int n, int dv, std::uint16_t* v3, int dv_pad) = nullptr;
   // acc [rows x dv_pad] = acc * alpha[r] + P·V, P float32 (rows p_stride
   // apart, n read per row) split into parts here, V from pack_v_x3. alpha may
-  // be nullptr (1). n <= 2*bc (the driver's widest float32 tile). As pv_bf16:
-  // every row reads all n keys (no key ranges), and only acc's `rows` rows
-  // are read and written.
+  // be nullptr (1). n <= 2*bc (the driver's widest float32 tile). Without
+  // col_begin and col_end (nullptr), every row reads all n keys, as pv_bf16
+  // does; with them, row r reads P only in [col_begin[r], col_end[r]) and
+  // takes it as 0 elsewhere (softmax_step's columns), and V is read only in
+  // the chunks of keys some row of a strip reads. Only acc's `rows` rows are
+  // read and written.
   void (*pv_x3)(const float* p, int rows, int n, int p_stride, const std::uint16_t* v3, int dv_pad, float* acc,
-                const float* alpha) = nullptr;
+                const float* alpha, const int* col_begin, const int* col_end) = nullptr;
 };
 
 }  // namespace sdpa::cpu

@@ -255,15 +255,18 @@ static inline void split3(__m512 lo, __m512 hi, __m512i* parts) {
 }
 
 // Splits `count` rows of `n` floats (rows[i]) into three arrays of bf16 rows,
-// `stride` values apart, part p at out + p * part: values past n up to
-// n_pad (a multiple of 32) are 0, and only n values of each row are read.
-static void split_rows(const float* const* rows, int count, int n, int n_pad, std::uint16_t* out, std::int64_t part,
-                       int stride) {
+// `stride` values apart, part p at out + p * part, columns [k0, k1) (k0 and
+// k1 multiples of 32): values past n are 0, and only n values of each row
+// are read. With begin and end, row i holds only its columns [begin[i],
+// end[i]), the rest 0 and not read.
+static void split_rows(const float* const* rows, int count, int n, int k0, int k1, std::uint16_t* out,
+                       std::int64_t part, int stride, const int* begin = nullptr, const int* end = nullptr) {
   for (int i = 0; i < count; ++i) {
     const float* src = rows[i];
     std::uint16_t* dst = out + static_cast<std::int64_t>(i) * stride;
-    for (int c = 0; c < n_pad; c += 2 * W) {
-      const __mmask32 mask = first_lanes32(n - c);
+    const int b = begin ? begin[i] : 0, e = end ? min_int(end[i], n) : n;
+    for (int c = k0; c < k1; c += 2 * W) {
+      const __mmask32 mask = first_lanes32(e - c) & ~first_lanes32(b - c);
       const __m512 lo = _mm512_maskz_loadu_ps(static_cast<__mmask16>(mask), src + c);
       const __m512 hi = _mm512_maskz_loadu_ps(static_cast<__mmask16>(mask >> 16), src + c + W);
       __m512i parts[3];
@@ -342,7 +345,7 @@ static void pack_q_x3(const float* qs, int rows, int d, std::uint16_t* q3) {
   for (int r0 = 0; r0 < rows; r0 += kTileRows) {
     const int cnt = min_int(kTileRows, rows - r0);
     for (int i = 0; i < cnt; ++i) rp[i] = qs + static_cast<std::int64_t>(r0 + i) * d;
-    split_rows(rp, cnt, d, d2, q3 + static_cast<std::int64_t>(r0) * d2, part, d2);
+    split_rows(rp, cnt, d, 0, d2, q3 + static_cast<std::int64_t>(r0) * d2, part, d2);
   }
   for (int p = 0; p < 3; ++p)
     for (int r = rows; r < rows_pad; ++r) std::memset(q3 + p * part + static_cast<std::int64_t>(r) * d2, 0, 2 * d2);
@@ -387,10 +390,30 @@ static void pack_kt_x3(const float* const* k, int n, int d, std::uint16_t* kt3, 
       if (filled < bc_pad) std::memset(at(p, c2, filled), 0, sizeof(std::uint32_t) * (bc_pad - filled));
 }
 
-// S [rows_pad x bc_pad] = Qs·Kᵀ from the parts.
-static void scores_x3(const std::uint16_t* q3, int rows, int d, const std::uint16_t* kt3, int bc_pad, float* s) {
+// Tiles [lo, hi) of `size` columns holding the union of rows [r0, r1)'s
+// ranges [begin[r], end[r]) (empty ones add nothing); lo = hi when none.
+static inline void union_tiles(const int* begin, const int* end, int r0, int r1, int size, int& lo, int& hi) {
+  int b = 1 << 30, e = 0;
+  for (int r = r0; r < r1; ++r)
+    if (begin[r] < end[r]) {
+      b = begin[r] < b ? begin[r] : b;
+      e = end[r] > e ? end[r] : e;
+    }
+  if (b >= e) {
+    lo = hi = 0;
+    return;
+  }
+  lo = b / size;
+  hi = (e + size - 1) / size;
+}
+
+// S [rows_pad x bc_pad] = Qs·Kᵀ from the parts. With row_begin and row_end,
+// each strip of 32 rows computes only the 16-column tiles that hold a key
+// one of its rows sees (the same bits as all of them), leaving the rest.
+static void scores_x3(const std::uint16_t* q3, int rows, int d, const std::uint16_t* kt3, int bc_pad, float* s,
+                      const int* row_begin, const int* row_end) {
   const int d2 = round_up_to(d, kBf16KPad), rows_pad = round_up_to(rows, kBf16RPad);
-  const int rt = rows_pad / kTileRows, ct = bc_pad / kTileCols;
+  const int rt = rows_pad / kTileRows;
   const std::int64_t q_part = static_cast<std::int64_t>(rows_pad) * d2, k_part = static_cast<std::int64_t>(d2) * bc_pad;
   const long q_stride = 2L * d2, kt_stride = 4L * bc_pad, s_stride = 4L * bc_pad;
   const TileScope tiles;
@@ -399,7 +422,9 @@ static void scores_x3(const std::uint16_t* q3, int rows, int d, const std::uint1
     float* sr = s + static_cast<std::int64_t>(r) * kTileRows * bc_pad;
     float* sr1 = sr + static_cast<std::int64_t>(kTileRows) * bc_pad;
     const std::int64_t q16 = static_cast<std::int64_t>(kTileRows) * d2;
-    for (int c = 0; c < ct; c += 2) {
+    int c0 = 0, ct = bc_pad / kTileCols;
+    if (row_begin) union_tiles(row_begin, row_end, r * kTileRows, min_int(rows, (r + 2) * kTileRows), kTileCols, c0, ct);
+    for (int c = c0; c < ct; c += 2) {
       const std::uint16_t* kc = kt3 + 2 * c * kTileCols;
       float* sc = sr + c * kTileCols;
       const bool two_rows = r + 1 < rt, two_cols = c + 1 < ct;
@@ -468,7 +493,10 @@ static void pack_v_x3(const float* const* v, int n, int dv, std::uint16_t* v3, i
 inline constexpr int kX3Keys = 2 * kMaxKeys;
 
 // acc [rows x dv_pad] = acc·alpha + P·V from the parts of P (split here, per
-// strip of 32 rows) and V (pack_v_x3).
+// strip of 32 rows) and V (pack_v_x3). With col_begin and col_end, row r's P
+// is read in [col_begin[r], col_end[r]) only, 0 elsewhere, and each strip
+// runs over the 32-key chunks that hold those columns of its rows (the same
+// bits: the chunks left out add exact zeros).
 //
 // Software-pipelined: the vector work runs while the tile unit computes. For
 // each column block, the products are issued first; then, before their
@@ -476,7 +504,7 @@ inline constexpr int kX3Keys = 2 * kMaxKeys;
 // share of the next strip's rows of P is split. (Split first, then
 // multiplied, it measured 1.5x slower than the products alone at d = 128.)
 static void pv_x3(const float* p, int rows, int n, int p_stride, const std::uint16_t* v3, int dv_pad, float* acc,
-                  const float* alpha) {
+                  const float* alpha, const int* col_begin, const int* col_end) {
   alignas(64) std::uint16_t pp[2][3 * 2 * kTileRows * kX3Keys];
   alignas(64) float out[2][2 * kTileRows * 2 * kTileCols];
   const int kk = round_up_to(n, kBf16KPad), ct = dv_pad / kTileCols;
@@ -484,14 +512,28 @@ static void pv_x3(const float* p, int rows, int n, int p_stride, const std::uint
   const long p_stride_b = 2L * kX3Keys, v_stride = 4L * dv_pad, out_stride = 4L * kTileCols * 2;
   const std::int64_t p_row16 = static_cast<std::int64_t>(kTileRows) * kX3Keys;
   constexpr int kStrip = 2 * kTileRows;
-  // Rows [i0, i1) of the strip at r0 into buffer b: split, or 0 past rows.
-  auto split_strip = [&](int r0, int i0, int i1, std::uint16_t* b) {
+  // Each strip's chunks of keys [k0, k1) (multiples of 32).
+  constexpr int kMaxStrips = (kTile.br + kStrip - 1) / kStrip;
+  int k0s[kMaxStrips], k1s[kMaxStrips];
+  for (int st = 0; st * kStrip < rows; ++st) {
+    k0s[st] = 0, k1s[st] = kk;
+    if (!col_begin) continue;
+    int lo, hi;
+    union_tiles(col_begin, col_end, st * kStrip, min_int(rows, (st + 1) * kStrip), kTileK, lo, hi);
+    k0s[st] = lo * kTileK, k1s[st] = min_int(hi * kTileK, kk);
+  }
+  // Rows [i0, i1) of strip st into buffer b: split, or 0 past rows.
+  auto split_strip = [&](int st, int i0, int i1, std::uint16_t* b) {
+    const int r0 = st * kStrip, k0 = k0s[st], k1 = k1s[st];
+    if (k0 >= k1) return;
     const float* rp[kStrip];
     const int m = min_int(kStrip, rows - r0), e = min_int(i1, m);
     for (int i = i0; i < e; ++i) rp[i - i0] = p + static_cast<std::int64_t>(r0 + i) * p_stride;
-    if (e > i0) split_rows(rp, e - i0, n, kk, b + i0 * kX3Keys, p_part, kX3Keys);
+    if (e > i0)
+      split_rows(rp, e - i0, n, k0, k1, b + i0 * kX3Keys, p_part, kX3Keys, col_begin ? col_begin + r0 + i0 : nullptr,
+                 col_end ? col_end + r0 + i0 : nullptr);
     for (int part = 0; part < 3; ++part)
-      for (int i = std::max(i0, m); i < i1; ++i) std::memset(b + part * p_part + i * kX3Keys, 0, 2 * kk);
+      for (int i = std::max(i0, m); i < i1; ++i) std::memset(b + part * p_part + i * kX3Keys + k0, 0, 2 * (k1 - k0));
   };
   // acc rows [r0, r0 + m), columns of block c, += out (alpha first).
   auto add_out = [&](int r0, int m, int c, const float* o) {
@@ -508,25 +550,33 @@ static void pv_x3(const float* p, int rows, int n, int p_stride, const std::uint
   };
   const int blocks = (ct + 1) / 2;
   split_strip(0, 0, kStrip, pp[0]);
+  alignas(64) static constexpr float kZeros[2 * kTileRows * 2 * kTileCols] = {};
   const TileScope tiles;
   // The block whose results wait in out[pending & 1] (-1: none), its strip.
   int pending = -1, pending_r0 = 0, pending_c = 0, pending_m = 0, stored = 0;
   for (int r0 = 0, strip = 0; r0 < rows; r0 += kStrip, ++strip) {
     const int m = min_int(kStrip, rows - r0);
     const bool two_rows = m > kTileRows, more = r0 + kStrip < rows;
-    const std::uint16_t* cur = pp[strip & 1];
+    const int k0 = k0s[strip], len = k1s[strip] - k0;
+    const std::uint16_t* cur = pp[strip & 1] + k0;
     std::uint16_t* next = pp[(strip + 1) & 1];
+    if (len <= 0) {
+      // No key of this tile for these rows: acc·alpha only.
+      for (int bi = 0; bi < blocks; ++bi) add_out(r0, m, 2 * bi, kZeros);
+      if (more) split_strip(strip + 1, 0, kStrip, next);
+      continue;
+    }
     for (int bi = 0; bi < blocks; ++bi) {
       const int c = 2 * bi;
-      const std::uint16_t* vc = v3 + 2 * c * kTileCols;
+      const std::uint16_t* vc = v3 + 2 * c * kTileCols + static_cast<std::int64_t>(k0) * dv_pad;
       const bool two_cols = c + 1 < ct;
-      if (two_rows && two_cols) x3_products<2, 2>(cur, p_part, p_stride_b, p_row16, vc, v_part, v_stride, dv_pad, kk);
-      else if (two_rows) x3_products<2, 1>(cur, p_part, p_stride_b, p_row16, vc, v_part, v_stride, dv_pad, kk);
-      else if (two_cols) x3_products<1, 2>(cur, p_part, p_stride_b, p_row16, vc, v_part, v_stride, dv_pad, kk);
-      else x3_products<1, 1>(cur, p_part, p_stride_b, p_row16, vc, v_part, v_stride, dv_pad, kk);
+      if (two_rows && two_cols) x3_products<2, 2>(cur, p_part, p_stride_b, p_row16, vc, v_part, v_stride, dv_pad, len);
+      else if (two_rows) x3_products<2, 1>(cur, p_part, p_stride_b, p_row16, vc, v_part, v_stride, dv_pad, len);
+      else if (two_cols) x3_products<1, 2>(cur, p_part, p_stride_b, p_row16, vc, v_part, v_stride, dv_pad, len);
+      else x3_products<1, 1>(cur, p_part, p_stride_b, p_row16, vc, v_part, v_stride, dv_pad, len);
       // Meanwhile: the previous block into acc, a share of the next strip.
       if (pending >= 0) add_out(pending_r0, pending_m, pending_c, out[pending & 1]);
-      if (more) split_strip(r0 + kStrip, bi * kStrip / blocks, (bi + 1) * kStrip / blocks, next);
+      if (more) split_strip(strip + 1, bi * kStrip / blocks, (bi + 1) * kStrip / blocks, next);
       float* o = out[stored & 1];
       float* o1 = o + kTileRows * 2 * kTileCols;
       _tile_stored(0, o, out_stride);
