@@ -3,7 +3,8 @@
 // nothing is written past them; scores_x3 and pv_x3 stay within the float32
 // bounds against float64 and err no more than the set's own float32 kernels
 // on the same values (root mean square, over random shapes around the tiles);
-// Inf and NaN reach the sums. Skipped where the CPU lacks AMX.
+// with per-row key ranges they give the same bits and read nothing outside
+// them; Inf and NaN reach the sums. Skipped where the CPU lacks AMX.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -255,6 +256,116 @@ TEST_F(KernelsX3, pv_is_within_the_float32_bound_and_errs_as_the_float32_kernel_
     EXPECT_LE(x3_err.value(), 2 * f32_err.value() + kEps) << "dv=" << dv;
   }
   std::printf("[ x3 ] pv: worst error %.3g of the bound\n", worst);
+}
+
+// Per-row key ranges as a causal diagonal or a window gives them (some rows
+// seeing none), for rows of a tile of n keys.
+void random_ranges(std::mt19937& rng, int rows, int n, std::vector<int>& begin, std::vector<int>& end) {
+  begin.assign(static_cast<std::size_t>(rows), 0);
+  end.assign(static_cast<std::size_t>(rows), 0);
+  std::uniform_int_distribution<int> shape(0, 2), any(0, n);
+  const int kind = shape(rng), offset = any(rng) - n / 2, width = 1 + any(rng) / 2;
+  for (int r = 0; r < rows; ++r) {
+    int b = 0, e = n;
+    if (kind == 0) e = r + offset;                  // causal
+    if (kind == 1) b = r + offset, e = b + width;   // window
+    if (kind == 2) b = any(rng), e = b + any(rng) / 4;
+    begin[r] = std::clamp(b, 0, n);
+    end[r] = std::clamp(e, begin[r], n);
+  }
+}
+
+TEST_F(KernelsX3, ranged_scores_give_the_bits_of_all_columns_where_rows_see_keys_and_leave_the_rest) {
+  const cpu::KernelSet& ks = *ks_;
+  std::mt19937 rng(95);
+  for (int d : {16, 64, 128})
+    for (int rows : {1, 17, 32, 33, 100, ks.br})
+      for (int n : {1, 17, 33, ks.bc, 2 * ks.bc})
+        for (int trial = 0; trial < 3; ++trial) {
+          std::ostringstream where;
+          where << "rows=" << rows << " n=" << n << " d=" << d << " trial " << trial;
+          SCOPED_TRACE(where.str());
+          const int d2 = round_up(d, ks.bf16_kpad), rows_pad = round_up(rows, ks.bf16_rpad), bc_pad = round_up(n, ks.nr);
+          const auto q = random_floats(rng, static_cast<std::size_t>(rows) * d, 0);
+          const auto k = random_floats(rng, static_cast<std::size_t>(n) * d, 0);
+          const auto kp = row_pointers(k, n, d);
+          std::vector<std::uint16_t> q3(3u * rows_pad * d2), kt3(3u * d2 * bc_pad);
+          ks.pack_q_x3(q.data(), rows, d, q3.data());
+          ks.pack_kt_x3(kp.data(), n, d, kt3.data(), bc_pad);
+          std::vector<int> b, e;
+          random_ranges(rng, rows, n, b, e);
+          const std::size_t s_size = static_cast<std::size_t>(rows_pad) * bc_pad;
+          std::vector<float> all(s_size), ranged(s_size, from_bits(kGuard32));
+          ks.scores_x3(q3.data(), rows, d, kt3.data(), bc_pad, all.data(), nullptr, nullptr);
+          ks.scores_x3(q3.data(), rows, d, kt3.data(), bc_pad, ranged.data(), b.data(), e.data());
+          for (int r = 0; r < rows; ++r)
+            for (int j = 0; j < bc_pad; ++j) {
+              const std::size_t i = static_cast<std::size_t>(r) * bc_pad + j;
+              if (j >= b[r] && j < e[r]) {
+                ASSERT_EQ(std::memcmp(&ranged[i], &all[i], 4), 0) << "row " << r << " key " << j;
+              } else if (ranged[i] != all[i]) {
+                // Left as it was: only columns some row of a 32-row strip sees are computed.
+                std::uint32_t u;
+                std::memcpy(&u, &ranged[i], 4);
+                ASSERT_EQ(u, kGuard32) << "row " << r << " key " << j;
+              }
+            }
+          // A strip whose rows see nothing is not touched at all.
+          for (int r0 = 0; r0 < rows; r0 += 32) {
+            bool none = true;
+            for (int r = r0; r < std::min(rows, r0 + 32); ++r) none = none && b[r] >= e[r];
+            if (!none) continue;
+            for (int r = r0; r < std::min(rows, r0 + 32); ++r)
+              for (int j = 0; j < bc_pad; ++j) {
+                std::uint32_t u;
+                std::memcpy(&u, &ranged[static_cast<std::size_t>(r) * bc_pad + j], 4);
+                ASSERT_EQ(u, kGuard32) << "empty strip row " << r << " key " << j;
+              }
+          }
+        }
+}
+
+TEST_F(KernelsX3, ranged_pv_reads_p_only_in_its_columns_and_gives_the_bits_of_all_keys) {
+  const cpu::KernelSet& ks = *ks_;
+  std::mt19937 rng(96);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  for (int dv : {16, 40, 128})
+    for (int rows : {1, 17, 32, 33, 100, ks.br})
+      for (int n : {1, 17, 33, ks.bc, 2 * ks.bc})
+        for (int trial = 0; trial < 3; ++trial) {
+          std::ostringstream where;
+          where << "rows=" << rows << " n=" << n << " dv=" << dv << " trial " << trial;
+          SCOPED_TRACE(where.str());
+          const int dv_pad = round_up(dv, ks.w), n_pad = round_up(n, ks.bf16_kpad), p_stride = round_up(n, ks.nr);
+          std::vector<int> b, e;
+          random_ranges(rng, rows, n, b, e);
+          // P in a row's columns (0 at some), NaN outside them: never read.
+          std::vector<float> p(static_cast<std::size_t>(rows) * p_stride), p_zero(p.size(), 0.0f);
+          std::vector<float> alpha(static_cast<std::size_t>(rows));
+          for (int r = 0; r < rows; ++r) {
+            alpha[r] = unit(rng);
+            for (int j = 0; j < p_stride; ++j) {
+              const std::size_t i = static_cast<std::size_t>(r) * p_stride + j;
+              const bool in = j >= b[r] && j < e[r];
+              p[i] = in ? (unit(rng) < 0.2f ? 0.0f : unit(rng)) : std::numeric_limits<float>::quiet_NaN();
+              p_zero[i] = in ? p[i] : 0.0f;
+            }
+          }
+          auto v = random_floats(rng, static_cast<std::size_t>(n) * dv_pad, 0);
+          const auto vp = row_pointers(v, n, dv_pad);
+          std::vector<std::uint16_t> v3(3u * n_pad * dv_pad);
+          ks.pack_v_x3(vp.data(), n, dv, v3.data(), dv_pad);
+          const auto acc0 = random_floats(rng, static_cast<std::size_t>(rows) * dv_pad, 0);
+          std::vector<float> ranged(acc0), all(acc0);
+          ks.pv_x3(p.data(), rows, n, p_stride, v3.data(), dv_pad, ranged.data(), alpha.data(), b.data(), e.data());
+          ks.pv_x3(p_zero.data(), rows, n, p_stride, v3.data(), dv_pad, all.data(), alpha.data(), nullptr, nullptr);
+          for (int r = 0; r < rows; ++r)
+            for (int c = 0; c < dv; ++c) {
+              const std::size_t i = static_cast<std::size_t>(r) * dv_pad + c;
+              ASSERT_TRUE(std::isfinite(ranged[i])) << "row " << r << " column " << c << ": P read outside its columns";
+              ASSERT_EQ(ranged[i], all[i]) << "row " << r << " column " << c;
+            }
+        }
 }
 
 TEST_F(KernelsX3, inf_and_nan_reach_the_sums) {
