@@ -128,12 +128,17 @@ struct PackedQ {
   const std::uint16_t* x3 = nullptr;
 };
 
-// Whether blocks of nr rows compute in float32 on three bf16 parts per value
-// (kernel_set.h's x3 members, AMX): every float32 product of a block of more
-// rows than decode, unless Q and K are bfloat16 on bf16 products already.
-bool x3_products(const KernelSet& ks, const Params& p, std::int64_t nr) {
+// Whether blocks of nr rows compute Q·Kᵀ in float32 on three bf16 parts per
+// value (kernel_set.h's x3 members, AMX): every float32 product of a block of
+// more rows than decode, unless Q and K are bfloat16 on bf16 products already.
+bool x3_scores(const KernelSet& ks, const Params& p, std::int64_t nr) {
   if (!ks.scores_x3 || nr <= kDirectRows) return false;
   return !(ks.bf16_fast && ks.scores_bf16 && p.q.dtype == DType::bf16 && p.k.dtype == DType::bf16);
+}
+// And P·V, unless P is rounded to bf16 for bf16 V (pv_bf16).
+bool x3_pv(const KernelSet& ks, const Params& p, std::int64_t nr) {
+  if (!ks.pv_x3 || nr <= kDirectRows) return false;
+  return !(ks.bf16_fast && ks.pv_bf16 && p.round_p && p.v.dtype == DType::bf16);
 }
 
 struct Plan {
@@ -362,16 +367,16 @@ class Runner : TileOps {
       // bf16 products, which pack their own bf16 tiles).
       const bool bf16_products = ks.bf16_fast && ks.scores_bf16 && p.q.dtype == DType::bf16 && p.k.dtype == DType::bf16;
       const std::int64_t tiles = ceil_div(n_kv, g.pl.bc), heads = nb * p.h_kv;
-      // A tile of three bf16 parts (x3_products) takes 6 bytes a value, d
+      // A tile of three bf16 parts (x3_scores, x3_pv) takes 6 bytes a value, d
       // rounded up to whole AMX rows.
       const std::int64_t tile_floats =
-          x3_products(ks, p, g.pl.rows) ? round_up(3 * round_up(p.d, ks.bf16_kpad) * g.pl.bc / 2, 16) : p.d * g.pl.bc;
+          x3_scores(ks, p, g.pl.rows) ? round_up(3 * round_up(p.d, ks.bf16_kpad) * g.pl.bc / 2, 16) : p.d * g.pl.bc;
       if (g.pl.rows > kDirectRows && g.pl.blocks >= 2 && !bf16_products && n_kv > 0 &&
           heads * tiles * tile_floats * 4 <= kMaxKtCacheBytes)
         g.kt = KtCache(heads, tiles, tile_floats);
       // Value tiles in parts likewise (pack_v_x3's layout, 6 bytes a value).
       const std::int64_t v_floats = round_up(3 * round_up(g.pl.bc, ks.bf16_kpad) * g.pl.dv_pad / 2, 16) + 16;
-      if (x3_products(ks, p, g.pl.rows) && g.pl.blocks >= 2 && n_kv > 0 && !p.mask.data &&
+      if (x3_pv(ks, p, g.pl.rows) && g.pl.blocks >= 2 && n_kv > 0 && !p.mask.data &&
           heads * tiles * v_floats * 4 <= kMaxKtCacheBytes) {
         g.v3 = KtCache(heads, tiles, v_floats);
         g.v3_flag = v_floats - 16;
@@ -881,7 +886,7 @@ class Runner : TileOps {
     return ks_.bf16_fast && ks_.pv_bf16 && p_.round_p && nr > kDirectRows && p_.v.dtype == DType::bf16;
   }
 
-  // Per-thread packed parts (x3_products): q3 for a block, kt3 and v3 for a
+  // Per-thread packed parts (x3_scores, x3_pv): q3 for a block, kt3 and v3 for a
   // tile of up to twice the set's BC keys.
   struct X3Scratch {
     std::uint16_t *q3, *kt3, *v3;
@@ -955,7 +960,7 @@ class Runner : TileOps {
     // V's rows as float32: in place, or converted from 16 bits or int8 (then
     // already zero padded to a multiple of 16 floats).
     thread_local const float* v_src[kMaxTileKeys];
-    const bool x3 = x3_products(ks_, p_, bl.nr);
+    const bool x3 = x3_pv(ks_, p_, bl.nr);
     Group& g = *bl.g;
     if (x3 && g.v3.enabled() && t0 % g.pl.bc == 0 && n == std::min<std::int64_t>(g.pl.bc, p_.nkv(bl.b) - t0)) {
       // A whole tile: its parts packed once per call, with whether its
@@ -1349,7 +1354,7 @@ class Runner : TileOps {
       std::uint16_t* packed = bf16_scratch().q2;
       ks_.pack_q_bf16(q_rows, bl.nr, d, packed);
       pq.bf16 = packed;
-    } else if (x3_products(ks_, p_, bl.nr)) {
+    } else if (x3_scores(ks_, p_, bl.nr)) {
       std::uint16_t* packed = x3_scratch().q3;
       ks_.pack_q_x3(qs, bl.nr, d, packed);
       pq.x3 = packed;
