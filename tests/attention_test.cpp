@@ -394,6 +394,34 @@ TEST_P(PerIsa, concurrent_calls_from_user_threads) {
   for (int t = 0; t < 6; ++t) EXPECT_EQ(same[t], 5) << "user thread " << t;
 }
 
+// More heads than the packed-tile caches hold at once (2560 heads of 256
+// keys, d = 32: 80 MiB of float32 key tiles, 120 MiB in AMX's three parts,
+// past the 64 MiB a call may hold): heads share the cache's slots in turn,
+// two threads at once. The result is the same, bit for bit, as that of calls
+// of 64 heads each (whose tiles all fit), one thread each.
+TEST(TileCache, heads_beyond_its_room_share_slots_across_threads_with_the_same_bits) {
+  const std::int64_t heads = 2560, n = 256, d = 32, chunk = 64;
+  const std::size_t size = static_cast<std::size_t>(heads * n * d);
+  std::vector<float> q(size), k(size), v(size), o(size), o_chunks(size);
+  std::mt19937 rng(2024);
+  std::normal_distribution<float> normal;
+  for (auto* x : {&q, &k, &v})
+    for (float& e : *x) e = normal(rng);
+  Options opt;
+  opt.threads = 2;
+  attention(TensorView::contiguous(q.data(), {1, heads, n, d}), TensorView::contiguous(k.data(), {1, heads, n, d}),
+            TensorView::contiguous(v.data(), {1, heads, n, d}), TensorView::contiguous(o.data(), {1, heads, n, d}), opt);
+  opt.threads = 1;
+  for (std::int64_t h0 = 0; h0 < heads; h0 += chunk) {
+    const std::size_t at = static_cast<std::size_t>(h0 * n * d);
+    attention(TensorView::contiguous(q.data() + at, {1, chunk, n, d}),
+              TensorView::contiguous(k.data() + at, {1, chunk, n, d}),
+              TensorView::contiguous(v.data() + at, {1, chunk, n, d}),
+              TensorView::contiguous(o_chunks.data() + at, {1, chunk, n, d}), opt);
+  }
+  EXPECT_EQ(0, std::memcmp(o.data(), o_chunks.data(), size * sizeof(float)));
+}
+
 INSTANTIATE_TEST_SUITE_P(Isa, PerIsa, ::testing::ValuesIn(compiled_isas()), isa_param_name);
 
 }  // namespace

@@ -220,48 +220,111 @@ Plan make_plan(const Params& p, const KernelSet& ks, std::int64_t nb, std::int64
 // (transposed, K converted to float32) before its scores: without sharing,
 // every tile is packed once per block, ~N/BR times, which measured 8% of a
 // tile's time at d = 128. The cache holds each tile's packed form once per
-// call: the first block to reach a tile packs it into its slot (state 0 ->
-// 1 -> 2); a block that finds the slot being packed packs its own copy, so
-// no thread waits. Packing is a copy, so results do not depend on who packs.
+// call, for every head or, where they would need more than kMaxKtCacheBytes,
+// for as many heads at a time as fit: the first block to reach a tile packs
+// it into its place (state 0 -> 1 -> 2); a block that finds it being packed
+// packs its own copy, so no thread waits. Packing is a copy, so results do
+// not depend on who packs, nor on where.
 class KtCache {
  public:
   KtCache() = default;
-  // The memory comes from the pool of spare buffers (cpu/spare.h): the
-  // next call finds its pages already mapped.
-  KtCache(std::int64_t heads, std::int64_t tiles, std::int64_t tile_floats)
-      : mem_(static_cast<std::size_t>(heads * tiles * tile_floats)), tiles_(tiles), tile_floats_(tile_floats) {
+  // Room for `slots` of the call's `heads` heads (1 <= slots <= heads), each
+  // `tiles` tiles of tile_floats. With a slot per head, head h keeps slot h.
+  // With fewer, head h takes slot h % slots while no block of the head that
+  // held it still runs (claim); prefill takes the heads one after another,
+  // so the threads share a slot per head as they go. The memory comes from
+  // the pool of spare buffers (cpu/spare.h): the next call finds its pages
+  // already mapped.
+  KtCache(std::int64_t heads, std::int64_t slots, std::int64_t tiles, std::int64_t tile_floats)
+      : mem_(static_cast<std::size_t>(slots * tiles * tile_floats)),
+        slots_(slots),
+        tiles_(tiles),
+        tile_floats_(tile_floats) {
     if (!mem_) return;  // then every block packs its own tiles
-    const std::int64_t n = heads * tiles;
+    const std::int64_t n = slots * tiles;
     state_.reset(new std::atomic<std::uint8_t>[static_cast<std::size_t>(n)]);
     for (std::int64_t i = 0; i < n; ++i) state_[i].store(0, std::memory_order_relaxed);
+    if (slots < heads) {
+      owner_.reset(new std::atomic<std::uint64_t>[static_cast<std::size_t>(slots)]);
+      for (std::int64_t i = 0; i < slots; ++i) owner_[i].store(0, std::memory_order_relaxed);
+    }
   }
   KtCache(KtCache&&) = default;
   KtCache& operator=(KtCache&&) = default;
   bool enabled() const { return static_cast<bool>(mem_); }
 
-  // The packed tile t of head slot `head` if it is ready, or after packing
-  // it with `pack(dst)` when no one else is; nullptr when another thread is
+  // The slot of `head` for one block, until release(); -1 when there is no
+  // cache, or the slot still serves another head's blocks (then the block
+  // packs its own tiles, so no thread waits).
+  std::int64_t claim(std::int64_t head) {
+    if (!mem_) return -1;
+    if (!owner_) return head;
+    const std::int64_t slot = head % slots_;
+    std::atomic<std::uint64_t>& w = owner_[slot];
+    const std::uint64_t mine = static_cast<std::uint64_t>(head + 1) << 32;
+    std::uint64_t cur = w.load(std::memory_order_acquire);
+    for (;;) {
+      const bool setting_up = (cur & kSettingUp) != 0;
+      if ((cur & kOwner) == mine && !setting_up) {
+        if (w.compare_exchange_weak(cur, cur + 1, std::memory_order_acq_rel)) return slot;
+        continue;
+      }
+      if ((cur & kUsers) != 0 || setting_up) return -1;
+      // Unused: this head takes it, its tiles empty again.
+      if (w.compare_exchange_weak(cur, mine | kSettingUp | 1, std::memory_order_acq_rel)) {
+        for (std::int64_t t = 0; t < tiles_; ++t) state_[slot * tiles_ + t].store(kEmpty, std::memory_order_relaxed);
+        w.fetch_and(~kSettingUp, std::memory_order_release);
+        return slot;
+      }
+    }
+  }
+  void release(std::int64_t slot) {
+    if (slot >= 0 && owner_) owner_[slot].fetch_sub(1, std::memory_order_release);
+  }
+
+  // The packed tile t of a claimed slot if it is ready, or after packing it
+  // with `pack(dst)` when no one else is; nullptr when another thread is
   // packing it now.
   template <class Pack>
-  const float* tile(std::int64_t head, std::int64_t t, Pack pack) {
-    const std::int64_t i = head * tiles_ + t;
-    float* slot = mem_.get() + i * tile_floats_;
+  const float* tile(std::int64_t slot, std::int64_t t, Pack pack) {
+    const std::int64_t i = slot * tiles_ + t;
+    float* dst = mem_.get() + i * tile_floats_;
     std::uint8_t st = state_[i].load(std::memory_order_acquire);
-    if (st == kReady) return slot;
+    if (st == kReady) return dst;
     if (st == kEmpty && state_[i].compare_exchange_strong(st, kPacking, std::memory_order_acq_rel)) {
-      pack(slot);
+      pack(dst);
       state_[i].store(kReady, std::memory_order_release);
-      return slot;
+      return dst;
     }
     return nullptr;
   }
 
  private:
   static constexpr std::uint8_t kEmpty = 0, kPacking = 1, kReady = 2;
+  // An owner word: the head it serves + 1 (0: none) in the high half, then a
+  // bit while its tiles are being emptied, then the blocks using it.
+  static constexpr std::uint64_t kOwner = ~std::uint64_t{0} << 32;
+  static constexpr std::uint64_t kSettingUp = std::uint64_t{1} << 31;
+  static constexpr std::uint64_t kUsers = kSettingUp - 1;
 
   SpareFloats mem_;
   std::unique_ptr<std::atomic<std::uint8_t>[]> state_;
-  std::int64_t tiles_ = 0, tile_floats_ = 0;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> owner_;  // only with fewer slots than heads
+  std::int64_t slots_ = 0, tiles_ = 0, tile_floats_ = 0;
+};
+
+// A block's claim on its head's slot of a cache, released when it ends.
+class CacheClaim {
+ public:
+  CacheClaim(KtCache& cache, std::int64_t head) : cache_(cache), slot_(cache.claim(head)) {}
+  ~CacheClaim() { cache_.release(slot_); }
+  CacheClaim(const CacheClaim&) = delete;
+  CacheClaim& operator=(const CacheClaim&) = delete;
+  std::int64_t slot() const { return slot_; }
+
+ private:
+  KtCache& cache_;
+  std::int64_t slot_;
 };
 
 struct Group {
@@ -348,6 +411,8 @@ struct Spans {
 // A block of rows of one (b, hk) and the group whose plan it follows.
 struct Block : Rows {
   Group* g;
+  // Its head's slots of g->kt and g->v3 while attend() runs it (-1: none).
+  std::int64_t kt_slot = -1, v3_slot = -1;
 };
 
 // Keys [t0, t0 + n) of K or V (t), head hk of batch entry b: rows the
@@ -371,14 +436,16 @@ class Runner : TileOps {
       // rounded up to whole AMX rows.
       const std::int64_t tile_floats =
           x3_scores(ks, p, g.pl.rows) ? round_up(3 * round_up(p.d, ks.bf16_kpad) * g.pl.bc / 2, 16) : p.d * g.pl.bc;
-      if (g.pl.rows > kDirectRows && g.pl.blocks >= 2 && !bf16_products && n_kv > 0 &&
-          heads * tiles * tile_floats * 4 <= kMaxKtCacheBytes)
-        g.kt = KtCache(heads, tiles, tile_floats);
+      // Slots for as many heads as kMaxKtCacheBytes holds (KtCache).
+      auto slots = [&](std::int64_t floats) {
+        return std::min(heads, kMaxKtCacheBytes / std::max<std::int64_t>(tiles * floats * 4, 1));
+      };
+      if (g.pl.rows > kDirectRows && g.pl.blocks >= 2 && !bf16_products && n_kv > 0 && slots(tile_floats) >= 1)
+        g.kt = KtCache(heads, slots(tile_floats), tiles, tile_floats);
       // Value tiles in parts likewise (pack_v_x3's layout, 6 bytes a value).
       const std::int64_t v_floats = round_up(3 * round_up(g.pl.bc, ks.bf16_kpad) * g.pl.dv_pad / 2, 16) + 16;
-      if (x3_pv(ks, p, g.pl.rows) && g.pl.blocks >= 2 && n_kv > 0 && !p.mask.data &&
-          heads * tiles * v_floats * 4 <= kMaxKtCacheBytes) {
-        g.v3 = KtCache(heads, tiles, v_floats);
+      if (x3_pv(ks, p, g.pl.rows) && g.pl.blocks >= 2 && n_kv > 0 && !p.mask.data && slots(v_floats) >= 1) {
+        g.v3 = KtCache(heads, slots(v_floats), tiles, v_floats);
         g.v3_flag = v_floats - 16;
       }
       if (g.pl.splits > 1) {
@@ -770,8 +837,8 @@ class Runner : TileOps {
       };
       const std::uint16_t* packed = nullptr;
       Group& g = *bl.g;
-      if (g.kt.enabled() && t0 % g.pl.bc == 0 && n == std::min<std::int64_t>(g.pl.bc, p_.nkv(bl.b) - t0))
-        packed = reinterpret_cast<const std::uint16_t*>(g.kt.tile((bl.b - g.b0) * p_.h_kv + bl.hk, t0 / g.pl.bc, pack));
+      if (bl.kt_slot >= 0 && t0 % g.pl.bc == 0 && n == std::min<std::int64_t>(g.pl.bc, p_.nkv(bl.b) - t0))
+        packed = reinterpret_cast<const std::uint16_t*>(g.kt.tile(bl.kt_slot, t0 / g.pl.bc, pack));
       if (!packed) {
         std::uint16_t* kt3 = x3_scratch().kt3;
         pack(reinterpret_cast<float*>(kt3));
@@ -803,8 +870,8 @@ class Runner : TileOps {
     Group& g = *bl.g;
     // The cache holds whole tiles from multiples of BC (a window or chunk
     // that starts elsewhere, or a tile cut short, packs its own).
-    if (g.kt.enabled() && t0 % g.pl.bc == 0 && n == std::min<std::int64_t>(g.pl.bc, p_.nkv(bl.b) - t0))
-      packed = g.kt.tile((bl.b - g.b0) * p_.h_kv + bl.hk, t0 / g.pl.bc, pack);
+    if (bl.kt_slot >= 0 && t0 % g.pl.bc == 0 && n == std::min<std::int64_t>(g.pl.bc, p_.nkv(bl.b) - t0))
+      packed = g.kt.tile(bl.kt_slot, t0 / g.pl.bc, pack);
     if (!packed) {
       pack(kt);
       packed = kt;
@@ -962,7 +1029,7 @@ class Runner : TileOps {
     thread_local const float* v_src[kMaxTileKeys];
     const bool x3 = x3_pv(ks_, p_, bl.nr);
     Group& g = *bl.g;
-    if (x3 && g.v3.enabled() && t0 % g.pl.bc == 0 && n == std::min<std::int64_t>(g.pl.bc, p_.nkv(bl.b) - t0)) {
+    if (x3 && bl.v3_slot >= 0 && t0 % g.pl.bc == 0 && n == std::min<std::int64_t>(g.pl.bc, p_.nkv(bl.b) - t0)) {
       // A whole tile: its parts packed once per call, with whether its
       // values are finite. Where rows see different keys, a tile that is not
       // takes the sanitised path below.
@@ -971,7 +1038,7 @@ class Runner : TileOps {
         dst[g.v3_flag] = tile_finite(v_src, n) ? 1.0f : 0.0f;
         ks_.pack_v_x3(v_src, n, static_cast<int>(p_.dv), reinterpret_cast<std::uint16_t*>(dst), static_cast<int>(dv_pad));
       };
-      const float* packed = g.v3.tile((bl.b - g.b0) * p_.h_kv + bl.hk, t0 / g.pl.bc, pack);
+      const float* packed = g.v3.tile(bl.v3_slot, t0 / g.pl.bc, pack);
       if (packed && (!row_end || packed[g.v3_flag] != 0.0f)) {
         const bool cols = row_end && spans && spans->set;
         ks_.pv_x3(s, bl.nr, n, bc_pad, reinterpret_cast<const std::uint16_t*>(packed), static_cast<int>(dv_pad), acc,
@@ -1306,7 +1373,14 @@ class Runner : TileOps {
       finish_rows(blocks[hk], split, kb, ke, m_of(hk), l_of(hk), acc_of(hk), dv_pad, exact_rows);
   }
 
-  void attend(const Block& bl, std::int64_t split) {
+  void attend(const Block& given, std::int64_t split) {
+    // The block's claims on its head's slots of the packed-tile caches.
+    Group& g = *given.g;
+    const std::int64_t head_slot = (given.b - g.b0) * p_.h_kv + given.hk;
+    const CacheClaim kt_claim(g.kt, head_slot), v3_claim(g.v3, head_slot);
+    Block bl = given;
+    bl.kt_slot = kt_claim.slot();
+    bl.v3_slot = v3_claim.slot();
     const int d = static_cast<int>(p_.d), br = bl.g->pl.br, bc = bl.g->pl.bc;
     const std::int64_t dv_pad = bl.g->pl.dv_pad;
 
