@@ -36,6 +36,11 @@ float from_bits(std::uint32_t u) {
 
 double widen(std::uint16_t b) { return from_bits(std::uint32_t{b} << 16); }
 
+// The value at index i of three parts `part` values apart.
+double parts_sum(const std::vector<std::uint16_t>& x, std::size_t part, std::size_t i) {
+  return widen(x[i]) + widen(x[part + i]) + widen(x[2 * part + i]);
+}
+
 int round_up(int x, int m) { return (x + m - 1) / m * m; }
 
 template <class T>
@@ -114,23 +119,20 @@ TEST_F(KernelsX3, the_parts_of_each_packed_value_sum_to_it_and_pads_are_zero) {
         for (int r = 0; r < rows_pad; ++r)
           for (int c = 0; c < d2; ++c) {
             const std::size_t i = static_cast<std::size_t>(r) * d2 + c;
-            const double sum = widen(q3[i]) + widen(q3[qp + i]) + widen(q3[2 * qp + i]);
             const double want = r < rows && c < d ? q[static_cast<std::size_t>(r) * d + c] : 0.0;
-            ASSERT_EQ(sum, want) << "q3 at r=" << r << " c=" << c;
+            ASSERT_EQ(parts_sum(q3, qp, i), want) << "q3 at r=" << r << " c=" << c;
           }
         for (int c = 0; c < d2; ++c)
           for (int j = 0; j < bc_pad; ++j) {
             const std::size_t i = 2 * (static_cast<std::size_t>(c / 2) * bc_pad + j) + c % 2;
-            const double sum = widen(kt3[i]) + widen(kt3[kp3 + i]) + widen(kt3[2 * kp3 + i]);
             const double want = j < n && c < d ? k[static_cast<std::size_t>(j) * d + c] : 0.0;
-            ASSERT_EQ(sum, want) << "kt3 at c=" << c << " j=" << j;
+            ASSERT_EQ(parts_sum(kt3, kp3, i), want) << "kt3 at c=" << c << " j=" << j;
           }
         for (int j = 0; j < n_pad; ++j)
           for (int c = 0; c < dv_pad; ++c) {
             const std::size_t i = 2 * (static_cast<std::size_t>(j / 2) * dv_pad + c) + j % 2;
-            const double sum = widen(v3[i]) + widen(v3[vp3 + i]) + widen(v3[2 * vp3 + i]);
             const double want = j < n && c < d ? k[static_cast<std::size_t>(j) * d + c] : 0.0;
-            ASSERT_EQ(sum, want) << "v3 at j=" << j << " c=" << c;
+            ASSERT_EQ(parts_sum(v3, vp3, i), want) << "v3 at j=" << j << " c=" << c;
           }
       }
 }
@@ -146,17 +148,26 @@ struct Rms {
   double value() const { return count ? std::sqrt(sum / count) : 0.0; }
 };
 
+// Calls f(rows, n) for block heights and tile widths around the AMX tiles
+// (16 rows, 32 keys) and the set's BR and BC, traced with the head size.
+template <class F>
+void around_the_tiles(const cpu::KernelSet& ks, const char* dim_name, int dim, F f) {
+  for (int rows : {1, 6, 16, 17, 31, 32, 33, 100, ks.br})
+    for (int n : {1, 15, 16, 17, 33, ks.bc - 1, ks.bc, 2 * ks.bc}) {
+      std::ostringstream where;
+      where << "rows=" << rows << " n=" << n << " " << dim_name << "=" << dim;
+      SCOPED_TRACE(where.str());
+      f(rows, n);
+    }
+}
+
 TEST_F(KernelsX3, scores_are_within_the_float32_bound_and_err_as_the_float32_kernel_does) {
   const cpu::KernelSet& ks = *ks_;
   std::mt19937 rng(92);
   double worst = 0;
   for (int d : kDims) {
     Rms x3_err, f32_err;
-    for (int rows : {1, 6, 16, 17, 31, 32, 33, 100, ks.br})
-      for (int n : {1, 15, 16, 17, 33, ks.bc - 1, ks.bc, 2 * ks.bc}) {
-        std::ostringstream where;
-        where << "rows=" << rows << " n=" << n << " d=" << d;
-        SCOPED_TRACE(where.str());
+    around_the_tiles(ks, "d", d, [&](int rows, int n) {
         const int d2 = round_up(d, ks.bf16_kpad), rows_pad = round_up(rows, ks.bf16_rpad), bc_pad = round_up(n, ks.nr);
         const auto q = random_floats(rng, static_cast<std::size_t>(rows) * d, 0);
         const auto k = random_floats(rng, static_cast<std::size_t>(n) * d, 0);
@@ -194,7 +205,7 @@ TEST_F(KernelsX3, scores_are_within_the_float32_bound_and_err_as_the_float32_ker
             x3_err.add(err / mag);
             f32_err.add(std::abs(s32[static_cast<std::size_t>(r) * bc_pad + j] - dot) / mag);
           }
-      }
+      });
     std::printf("[ x3 ] scores d=%d: rms relative error %.3g, float32 kernel %.3g\n", d, x3_err.value(),
                 f32_err.value());
     // No worse than the float32 kernel on the same values, by more than 2x
@@ -211,11 +222,7 @@ TEST_F(KernelsX3, pv_is_within_the_float32_bound_and_errs_as_the_float32_kernel_
   double worst = 0;
   for (int dv : kDims) {
     Rms x3_err, f32_err;
-    for (int rows : {1, 6, 16, 17, 31, 32, 33, 100, ks.br})
-      for (int n : {1, 15, 16, 17, 33, ks.bc - 1, ks.bc, 2 * ks.bc}) {
-        std::ostringstream where;
-        where << "rows=" << rows << " n=" << n << " dv=" << dv;
-        SCOPED_TRACE(where.str());
+    around_the_tiles(ks, "dv", dv, [&](int rows, int n) {
         const int dv_pad = round_up(dv, ks.w), n_pad = round_up(n, ks.bf16_kpad), p_stride = round_up(n, ks.nr);
         std::vector<float> p(static_cast<std::size_t>(rows) * p_stride), alpha(static_cast<std::size_t>(rows));
         for (auto& x : p) x = unit(rng) * unit(rng);  // probabilities, some small
@@ -250,7 +257,7 @@ TEST_F(KernelsX3, pv_is_within_the_float32_bound_and_errs_as_the_float32_kernel_
             x3_err.add(err / mag);
             f32_err.add(std::abs(acc32[i] - sum) / mag);
           }
-      }
+      });
     std::printf("[ x3 ] pv dv=%d: rms relative error %.3g, float32 kernel %.3g\n", dv, x3_err.value(),
                 f32_err.value());
     EXPECT_LE(x3_err.value(), 2 * f32_err.value() + kEps) << "dv=" << dv;
