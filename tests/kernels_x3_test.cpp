@@ -50,6 +50,13 @@ bool guard_intact(const std::vector<T>& buf, std::size_t used, T guard) {
   return true;
 }
 
+// pv_x3's scratch, with NaN bits it must not depend on.
+std::uint16_t* work(const cpu::KernelSet& ks) {
+  static std::vector<std::uint16_t> w;
+  w.assign(static_cast<std::size_t>(ks.x3_pv_work), kGuard16);
+  return w.data();
+}
+
 std::vector<const float*> row_pointers(const std::vector<float>& x, int rows, int cols) {
   std::vector<const float*> p(static_cast<std::size_t>(rows));
   for (int r = 0; r < rows; ++r) p[r] = x.data() + static_cast<std::size_t>(r) * cols;
@@ -83,6 +90,7 @@ TEST(KernelsX3Sets, only_the_amx_set_has_them_and_then_all_of_them) {
     const bool all = ks.pack_q_x3 && ks.pack_kt_x3 && ks.scores_x3 && ks.pack_v_x3 && ks.pv_x3;
     EXPECT_EQ(any, all) << ks.name;
     EXPECT_EQ(any, isa == Isa::amx) << ks.name;
+    EXPECT_EQ(ks.x3_pv_work > 0, any) << ks.name;
   }
 }
 
@@ -238,7 +246,7 @@ TEST_F(KernelsX3, pv_is_within_the_float32_bound_and_errs_as_the_float32_kernel_
         acc.resize(acc_size + kGuardElems, from_bits(kGuard32));
         std::vector<std::uint16_t> v3(3u * n_pad * dv_pad);
         ks.pack_v_x3(vp.data(), n, dv, v3.data(), dv_pad);
-        ks.pv_x3(p.data(), rows, n, p_stride, v3.data(), dv_pad, acc.data(), alpha.data(), nullptr, nullptr);
+        ks.pv_x3(p.data(), rows, n, p_stride, v3.data(), dv_pad, acc.data(), alpha.data(), nullptr, nullptr, work(ks));
         ASSERT_TRUE(guard_intact(acc, acc_size, from_bits(kGuard32))) << "acc";
         ks.pv(p.data(), rows, n, p_stride, vp.data(), dv_pad, acc32.data(), alpha.data(), nullptr, nullptr, 0);
         for (int r = 0; r < rows; ++r)
@@ -364,8 +372,8 @@ TEST_F(KernelsX3, ranged_pv_reads_p_only_in_its_columns_and_gives_the_bits_of_al
           ks.pack_v_x3(vp.data(), n, dv, v3.data(), dv_pad);
           const auto acc0 = random_floats(rng, static_cast<std::size_t>(rows) * dv_pad, 0);
           std::vector<float> ranged(acc0), all(acc0);
-          ks.pv_x3(p.data(), rows, n, p_stride, v3.data(), dv_pad, ranged.data(), alpha.data(), b.data(), e.data());
-          ks.pv_x3(p_zero.data(), rows, n, p_stride, v3.data(), dv_pad, all.data(), alpha.data(), nullptr, nullptr);
+          ks.pv_x3(p.data(), rows, n, p_stride, v3.data(), dv_pad, ranged.data(), alpha.data(), b.data(), e.data(), work(ks));
+          ks.pv_x3(p_zero.data(), rows, n, p_stride, v3.data(), dv_pad, all.data(), alpha.data(), nullptr, nullptr, work(ks));
           for (int r = 0; r < rows; ++r)
             for (int c = 0; c < dv; ++c) {
               const std::size_t i = static_cast<std::size_t>(r) * dv_pad + c;
@@ -401,7 +409,7 @@ TEST_F(KernelsX3, inf_and_nan_reach_the_sums) {
     const auto vp = row_pointers(v, n, dv_pad);
     std::vector<float> p(static_cast<std::size_t>(rows) * bc_pad, 0.25f), acc(static_cast<std::size_t>(rows) * dv_pad, 0.0f);
     ks.pack_v_x3(vp.data(), n, d, v3.data(), dv_pad);
-    ks.pv_x3(p.data(), rows, n, bc_pad, v3.data(), dv_pad, acc.data(), nullptr, nullptr, nullptr);
+    ks.pv_x3(p.data(), rows, n, bc_pad, v3.data(), dv_pad, acc.data(), nullptr, nullptr, nullptr, work(ks));
     for (int r = 0; r < rows; ++r) {
       EXPECT_FALSE(std::isfinite(acc[static_cast<std::size_t>(r) * dv_pad + 7])) << "row " << r << " bad " << bad;
       EXPECT_EQ(acc[static_cast<std::size_t>(r) * dv_pad + 6], 0.25f * 0.5f * n) << "row " << r;

@@ -924,22 +924,24 @@ class Runner : TileOps {
     const std::int64_t d2 = round_up(p_.d, ks_.bf16_kpad), rows = round_up(ks_.br, ks_.bf16_rpad);
     const std::int64_t nq2 = rows * d2, nkt2 = d2 * ks_.bc, nv2 = round_up(ks_.bc, ks_.bf16_kpad) * round_up(p_.dv, ks_.w);
     std::uint16_t* a[3];
-    three_arrays(mem, nq2, nkt2, nv2, a);
+    arrays16(mem, {nq2, nkt2, nv2}, a);
     return {a[0], a[1], a[2]};
   }
 
-  // Three arrays of 16-bit values, of a, b and c elements, in mem (grown as
+  // Arrays of 16-bit values, of sizes[i] elements, in mem (grown as
   // needed), each 64-byte aligned.
-  static void three_arrays(std::vector<std::uint16_t>& mem, std::int64_t a, std::int64_t b, std::int64_t c,
-                           std::uint16_t** out) {
+  template <std::size_t N>
+  static void arrays16(std::vector<std::uint16_t>& mem, const std::int64_t (&sizes)[N], std::uint16_t** out) {
     const std::int64_t pad = 32;
-    const std::size_t need = static_cast<std::size_t>(round_up(a, pad) + round_up(b, pad) + round_up(c, pad) + pad);
-    if (mem.size() < need) mem.resize(need);
-    std::uint16_t* base = mem.data();
-    base += (pad - (reinterpret_cast<std::uintptr_t>(base) / 2) % pad) % pad;
-    out[0] = base;
-    out[1] = base + round_up(a, pad);
-    out[2] = out[1] + round_up(b, pad);
+    std::int64_t total = pad;
+    for (std::int64_t x : sizes) total += round_up(x, pad);
+    if (mem.size() < static_cast<std::size_t>(total)) mem.resize(static_cast<std::size_t>(total));
+    std::uint16_t* at = mem.data();
+    at += (pad - (reinterpret_cast<std::uintptr_t>(at) / 2) % pad) % pad;
+    for (std::size_t i = 0; i < N; ++i) {
+      out[i] = at;
+      at += round_up(sizes[i], pad);
+    }
   }
 
   // Whether a block of nr rows takes bf16 Q·Kᵀ: bfloat16 Q and K, a kernel
@@ -954,17 +956,17 @@ class Runner : TileOps {
   }
 
   // Per-thread packed parts (x3_scores, x3_pv): q3 for a block, kt3 and v3 for a
-  // tile of up to twice the set's BC keys.
+  // tile of up to twice the set's BC keys, and pv_x3's scratch.
   struct X3Scratch {
-    std::uint16_t *q3, *kt3, *v3;
+    std::uint16_t *q3, *kt3, *v3, *pv_work;
   };
   X3Scratch x3_scratch() const {
     thread_local std::vector<std::uint16_t> mem;
     const std::int64_t d2 = round_up(p_.d, ks_.bf16_kpad), rows = round_up(ks_.br, ks_.bf16_rpad),
                        keys = round_up(2 * ks_.bc, ks_.bf16_kpad);
-    std::uint16_t* a[3];
-    three_arrays(mem, 3 * rows * d2, 3 * d2 * keys, 3 * keys * round_up(p_.dv, ks_.w), a);
-    return {a[0], a[1], a[2]};
+    std::uint16_t* a[4];
+    arrays16(mem, {3 * rows * d2, 3 * d2 * keys, 3 * keys * round_up(p_.dv, ks_.w), ks_.x3_pv_work}, a);
+    return {a[0], a[1], a[2], a[3]};
   }
 
   // The stages after scale·q·k: softcap, then masks. ranges_set: row_begin
@@ -1042,7 +1044,7 @@ class Runner : TileOps {
       if (packed && (!row_end || packed[g.v3_flag] != 0.0f)) {
         const bool cols = row_end && spans && spans->set;
         ks_.pv_x3(s, bl.nr, n, bc_pad, reinterpret_cast<const std::uint16_t*>(packed), static_cast<int>(dv_pad), acc,
-                  alpha, cols ? spans->sb : nullptr, cols ? spans->se : nullptr);
+                  alpha, cols ? spans->sb : nullptr, cols ? spans->se : nullptr, x3_scratch().pv_work);
         return;
       }
     }
@@ -1066,13 +1068,14 @@ class Runner : TileOps {
       for (int j = 0; j < n; ++j) v[j] = v_src[j];
     }
     if (x3) {
-      std::uint16_t* v3 = x3_scratch().v3;
+      const X3Scratch x3s = x3_scratch();
+      std::uint16_t* v3 = x3s.v3;
       ks_.pack_v_x3(v, n, static_cast<int>(p_.dv), v3, static_cast<int>(dv_pad));
       // A ranged tile's softmax wrote only its spans' columns (the rest may
       // hold -inf): P is read there only.
       const bool cols = row_end && spans && spans->set;
       ks_.pv_x3(s, bl.nr, n, bc_pad, v3, static_cast<int>(dv_pad), acc, alpha, cols ? spans->sb : nullptr,
-                cols ? spans->se : nullptr);
+                cols ? spans->se : nullptr, x3s.pv_work);
     } else {
       if (row_end && bl.nr > kDirectRows && (sanitize || tile_finite(v, n))) {
         // Rows that see different keys (a causal diagonal, a window's edge):

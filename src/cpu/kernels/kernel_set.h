@@ -252,9 +252,11 @@ struct KernelSet {
   // does; with them, row r reads P only in [col_begin[r], col_end[r]) and
   // takes it as 0 elsewhere (softmax_step's columns), and V is read only in
   // the chunks of keys some row of a strip reads. Only acc's `rows` rows are
-  // read and written.
+  // read and written. work: x3_pv_work 16-bit values of scratch (P's parts),
+  // fastest 64-byte aligned, so that the kernel's stack stays small.
   void (*pv_x3)(const float* p, int rows, int n, int p_stride, const std::uint16_t* v3, int dv_pad, float* acc,
-                const float* alpha, const int* col_begin, const int* col_end) = nullptr;
+                const float* alpha, const int* col_begin, const int* col_end, std::uint16_t* work) = nullptr;
+  int x3_pv_work = 0;
 };
 
 }  // namespace sdpa::cpu

@@ -503,9 +503,13 @@ inline constexpr int kX3Keys = 2 * kMaxKeys;
 // results are stored, the previous block's results are added into acc and a
 // share of the next strip's rows of P is split. (Split first, then
 // multiplied, it measured 1.5x slower than the products alone at d = 128.)
+// P's parts of two strips (one being multiplied, the next being split): the
+// caller's scratch, kernel_set.h's x3_pv_work.
+inline constexpr int kPvX3Work = 2 * 3 * 2 * kTileRows * kX3Keys;
+
 static void pv_x3(const float* p, int rows, int n, int p_stride, const std::uint16_t* v3, int dv_pad, float* acc,
-                  const float* alpha, const int* col_begin, const int* col_end) {
-  alignas(64) std::uint16_t pp[2][3 * 2 * kTileRows * kX3Keys];
+                  const float* alpha, const int* col_begin, const int* col_end, std::uint16_t* work) {
+  std::uint16_t* const pp[2] = {work, work + kPvX3Work / 2};
   alignas(64) float out[2][2 * kTileRows * 2 * kTileCols];
   const int kk = round_up_to(n, kBf16KPad), ct = dv_pad / kTileCols;
   const std::int64_t p_part = 2 * kTileRows * kX3Keys, v_part = static_cast<std::int64_t>(kk) * dv_pad;
@@ -611,6 +615,7 @@ void attn_bf16_16x16_amx(KernelSet& ks) {
   ks.scores_x3 = amx::scores_x3;
   ks.pack_v_x3 = amx::pack_v_x3;
   ks.pv_x3 = amx::pv_x3;
+  ks.x3_pv_work = amx::kPvX3Work;
 }
 
 }  // namespace sdpa::cpu
