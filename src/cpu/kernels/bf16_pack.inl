@@ -97,14 +97,17 @@ static void pack_kt_bf16(const std::uint16_t* const* k, int n, int d, std::uint1
 
 // Rows 2*j2 and 2*j2 + 1 interleaved: output word c is (r0[c], r1[c]); pairs
 // past n (n rounded up to kBf16KPad) are 0.
+// vpermt2w indices interleaving two rows of 32 bf16 into pairs: kPairLo
+// takes values 0..15 of both, kPairHi values 16..31.
+alignas(64) inline constexpr std::uint16_t kPairLo[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
+                                                          37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
+                                                          11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+alignas(64) inline constexpr std::uint16_t kPairHi[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21,
+                                                          53, 22, 54, 23, 55, 24, 56, 25, 57, 26, 58,
+                                                          27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+
 static void pack_v_bf16(const std::uint16_t* const* v, int n, int dv, std::uint16_t* v2, int dv_pad) {
-  alignas(64) static constexpr std::uint16_t kLo[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
-                                                        37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
-                                                        11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-  alignas(64) static constexpr std::uint16_t kHi[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21,
-                                                        53, 22, 54, 23, 55, 24, 56, 25, 57, 26, 58,
-                                                        27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
-  const __m512i lo = _mm512_load_si512(kLo), hi = _mm512_load_si512(kHi);
+  const __m512i lo = _mm512_load_si512(kPairLo), hi = _mm512_load_si512(kPairHi);
   const int pairs_pad = round_up_to(n, kBf16KPad) / 2;
   for (int j2 = 0; j2 < pairs_pad; ++j2) {
     const std::uint16_t* r0 = 2 * j2 < n ? v[2 * j2] : nullptr;

@@ -282,10 +282,6 @@ static void split_rows(const float* const* rows, int count, int n, int k0, int k
 // first, while the sum is small, then q0·k0 on top: the big products' sum
 // rounds as a float32 dot product does, and the small ones' roundings are
 // 2^-8 of that.
-struct PartProduct {
-  int a, b;
-};
-inline constexpr PartProduct kSmall[5] = {{0, 1}, {0, 2}, {1, 1}, {1, 0}, {2, 0}};
 
 // C (16*RT x 16*CT in tiles 0-3) += Σ parts of A·B over `kk` (whole tiles of
 // reduction): A's part p at a + p*a_part, rows a_stride bytes apart, chunk c
@@ -316,7 +312,8 @@ static inline void x3_products(const std::uint16_t* a, std::int64_t a_part, long
     if constexpr (RT > 1 && CT > 1) _tile_dpbf16ps(3, 5, 7);
   };
   for (int c = 0; c < kk; c += kTileK) {
-    // kSmall's order, with A and B reloaded only where the part changes.
+    // The small products as (A part, B part): (0,1) (0,2) (1,1) (1,0) (2,0),
+    // so that A and B are reloaded only where the part changes.
     load_a(0, c);
     load_b(1, c);
     dp();
@@ -454,13 +451,7 @@ static void scores_x3(const std::uint16_t* q3, int rows, int d, const std::uint1
 // words] (pack_v_bf16's layout, n_pad = n rounded up to 32), part p at
 // v3 + p * n_pad * dv_pad.
 static void pack_v_x3(const float* const* v, int n, int dv, std::uint16_t* v3, int dv_pad) {
-  alignas(64) static constexpr std::uint16_t kLo[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
-                                                        37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
-                                                        11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-  alignas(64) static constexpr std::uint16_t kHi[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21,
-                                                        53, 22, 54, 23, 55, 24, 56, 25, 57, 26, 58,
-                                                        27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
-  const __m512i lo = _mm512_load_si512(kLo), hi = _mm512_load_si512(kHi);
+  const __m512i lo = _mm512_load_si512(kPairLo), hi = _mm512_load_si512(kPairHi);
   const int pairs_pad = round_up_to(n, kBf16KPad) / 2;
   const std::int64_t part = 2 * static_cast<std::int64_t>(pairs_pad) * dv_pad;
   for (int j2 = 0; j2 < pairs_pad; ++j2) {
@@ -492,6 +483,10 @@ static void pack_v_x3(const float* const* v, int n, int dv, std::uint16_t* v3, i
 // (twice the set's BC at small d).
 inline constexpr int kX3Keys = 2 * kMaxKeys;
 
+// P's parts of two strips (one being multiplied, the next being split): the
+// caller's scratch, kernel_set.h's x3_pv_work.
+inline constexpr int kPvX3Work = 2 * 3 * 2 * kTileRows * kX3Keys;
+
 // acc [rows x dv_pad] = acc·alpha + P·V from the parts of P (split here, per
 // strip of 32 rows) and V (pack_v_x3). With col_begin and col_end, row r's P
 // is read in [col_begin[r], col_end[r]) only, 0 elsewhere, and each strip
@@ -503,10 +498,6 @@ inline constexpr int kX3Keys = 2 * kMaxKeys;
 // results are stored, the previous block's results are added into acc and a
 // share of the next strip's rows of P is split. (Split first, then
 // multiplied, it measured 1.5x slower than the products alone at d = 128.)
-// P's parts of two strips (one being multiplied, the next being split): the
-// caller's scratch, kernel_set.h's x3_pv_work.
-inline constexpr int kPvX3Work = 2 * 3 * 2 * kTileRows * kX3Keys;
-
 static void pv_x3(const float* p, int rows, int n, int p_stride, const std::uint16_t* v3, int dv_pad, float* acc,
                   const float* alpha, const int* col_begin, const int* col_end, std::uint16_t* work) {
   std::uint16_t* const pp[2] = {work, work + kPvX3Work / 2};
