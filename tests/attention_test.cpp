@@ -349,9 +349,11 @@ TEST_P(PerIsa, misaligned_pointers) {
 TEST_P(PerIsa, results_are_bitwise_identical_for_any_thread_count) {
   // {1, 1, 1000, 777, 40}: the blocks of one head meet at the same key tiles
   // (the packed-key cache: one packs, the others use or pack their own), and
-  // the last tile is short.
+  // the last tile is short. {5, 5, 400, 260, 48}: the blocks of `threads`
+  // heads are handed out in turn, the last turn with fewer heads (5 = 2+2+1,
+  // 3+2).
   for (auto shape : std::vector<std::array<std::int64_t, 5>>{
-           {8, 2, 300, 300, 64}, {32, 8, 1, 5000, 128}, {1, 1, 1000, 777, 40}}) {
+           {8, 2, 300, 300, 64}, {32, 8, 1, 5000, 128}, {1, 1, 1000, 777, 40}, {5, 5, 400, 260, 48}}) {
     for (bool causal : {false, true}) {
       std::vector<float> first_o, first_lse;
       for (int threads : {1, 2, 3, 7}) {
