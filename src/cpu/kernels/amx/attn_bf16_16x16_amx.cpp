@@ -348,40 +348,65 @@ static void pack_q_x3(const float* qs, int rows, int d, std::uint16_t* q3) {
     for (int r = rows; r < rows_pad; ++r) std::memset(q3 + p * part + static_cast<std::int64_t>(r) * d2, 0, 2 * d2);
 }
 
+// 32-bit words of 16 vectors, transposed: r[i] word j <-> r[j] word i. Words
+// are interleaved within 128-bit lanes, then pairs of words, then the lanes
+// are gathered (4 x 16 shuffles; bits move, nothing is converted).
+static inline void transpose16x16(__m512i* r) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  // u[m + c], lane L: rows m..m+3 of column 4L + c.
+  __m512i u[16];
+  for (int m = 0; m < 16; m += 4) {
+    u[m] = _mm512_unpacklo_epi64(t[m], t[m + 2]);
+    u[m + 1] = _mm512_unpackhi_epi64(t[m], t[m + 2]);
+    u[m + 2] = _mm512_unpacklo_epi64(t[m + 1], t[m + 3]);
+    u[m + 3] = _mm512_unpackhi_epi64(t[m + 1], t[m + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {
+    const __m512i w0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x44), w1 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xEE);
+    const __m512i w2 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x44);
+    const __m512i w3 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xEE);
+    r[c] = _mm512_shuffle_i32x4(w0, w2, 0x88);
+    r[4 + c] = _mm512_shuffle_i32x4(w0, w2, 0xDD);
+    r[8 + c] = _mm512_shuffle_i32x4(w1, w3, 0x88);
+    r[12 + c] = _mm512_shuffle_i32x4(w1, w3, 0xDD);
+  }
+}
+
 // kt3: the three parts of the key tile, each [d2/2 pair rows x bc_pad words]
-// (pack_kt_bf16's layout), part p at kt3 + p * d2 * bc_pad. Eight keys and
+// (pack_kt_bf16's layout), part p at kt3 + p * d2 * bc_pad. Sixteen keys and
 // 32 values at a time: each key's 32 values split into 16 words per part,
-// then transposed in 8x8 blocks of words.
+// then each part's 16x16 words transposed. (Two 8x8 transposes in ymm took
+// 1.3x the time at d = 128, 64 keys, one thread, for the same bits.)
 static void pack_kt_x3(const float* const* k, int n, int d, std::uint16_t* kt3, int bc_pad) {
   const int d2 = round_up_to(d, kBf16KPad);
   const std::int64_t part = static_cast<std::int64_t>(d2) * bc_pad;
   auto at = [&](int p, int c2, int j) { return kt3 + p * part + 2 * (static_cast<std::int64_t>(c2) * bc_pad + j); };
-  for (int j = 0; j < n; j += 8) {
+  for (int j = 0; j < n; j += kTileCols) {
+    const int keys = min_int(kTileCols, n - j);
     for (int c = 0; c < d2; c += 2 * W) {
-      __m256 r[3][2][8];
       const __mmask32 mask = first_lanes32(d - c);
-      for (int i = 0; i < 8; ++i) {
+      __m512i r[3][kTileCols];
+      for (int i = 0; i < kTileCols; ++i) {
         __m512i parts[3] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
-        if (j + i < n) {
+        if (i < keys) {
           const __m512 lo = _mm512_maskz_loadu_ps(static_cast<__mmask16>(mask), k[j + i] + c);
           const __m512 hi = _mm512_maskz_loadu_ps(static_cast<__mmask16>(mask >> 16), k[j + i] + c + W);
           split3(lo, hi, parts);
         }
-        for (int p = 0; p < 3; ++p) {
-          r[p][0][i] = _mm256_castsi256_ps(_mm512_castsi512_si256(parts[p]));
-          r[p][1][i] = _mm256_castsi256_ps(_mm512_extracti64x4_epi64(parts[p], 1));
-        }
+        for (int p = 0; p < 3; ++p) r[p][i] = parts[p];
       }
-      for (int p = 0; p < 3; ++p)
-        for (int h = 0; h < 2; ++h) {
-          transpose8x8(r[p][h]);
-          for (int i = 0; i < 8; ++i)
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(at(p, c / 2 + 8 * h + i, j)), _mm256_castps_si256(r[p][h][i]));
-        }
+      for (int p = 0; p < 3; ++p) {
+        transpose16x16(r[p]);
+        for (int i = 0; i < kTileCols; ++i) _mm512_storeu_si512(at(p, c / 2 + i, j), r[p][i]);
+      }
     }
   }
-  // Columns from n rounded up to 8 on are 0.
-  const int filled = round_up_to(n, 8);
+  // Columns from n rounded up to 16 on are 0.
+  const int filled = round_up_to(n, kTileCols);
   for (int p = 0; p < 3; ++p)
     for (int c2 = 0; c2 < d2 / 2; ++c2)
       if (filled < bc_pad) std::memset(at(p, c2, filled), 0, sizeof(std::uint32_t) * (bc_pad - filled));
