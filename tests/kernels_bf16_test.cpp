@@ -408,7 +408,8 @@ TEST_P(KernelsBf16Set, float32_kernels_match_the_avx512_set_bitwise) {
   if (!isa_supported(Isa::avx512)) GTEST_SKIP() << "CPU lacks avx512";
   const cpu::KernelSet& a = cpu::kernels_for(Isa::avx512);
   const cpu::KernelSet& b = *ks_;
-  ASSERT_EQ(a.br, b.br);
+  // Tiles of as many keys (a block's rows change no row's result, so BR
+  // may differ).
   ASSERT_EQ(a.bc, b.bc);
   std::mt19937 rng(3);
   std::normal_distribution<float> normal;

@@ -52,6 +52,7 @@
 #include <limits>
 #include <memory>
 #include <new>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -186,6 +187,15 @@ Plan make_plan(const Params& p, const KernelSet& ks, std::int64_t nb, std::int64
   const bool f32 = p.q.dtype == DType::f32 && p.k.dtype == DType::f32 && p.v.dtype == DType::f32;
   if (pl.rows > kDirectRows && p.d <= kWideTileMaxD && f32 && ks.w > 1) pl.bc = 2 * ks.bc;
   pl.blocks = ceil_div(pl.rows, pl.br);
+  // Prefill rows in equal blocks of at most BR: whole AMX tiles of rows on
+  // the x3 products, whole MR-row strips and 16 rows otherwise (N = 512 at BR
+  // = 384: two blocks of 256, not 384 and 128). The rows of a block do not
+  // change one another's results, only the work items.
+  if (pl.rows > kDirectRows && pl.blocks > 1) {
+    const int align = x3_scores(ks, p, pl.rows) ? 16 : std::lcm(ks.mr, 16);
+    pl.br = static_cast<int>(std::min<std::int64_t>(ks.br, round_up(ceil_div(pl.rows, pl.blocks), align)));
+    pl.blocks = ceil_div(pl.rows, pl.br);
+  }
   pl.dv_pad = round_up(p.dv, ks.w);
   pl.pack_v = p.dv % ks.w != 0;  // otherwise V rows are read in place
   pl.chunk = round_up(std::max<std::int64_t>(n_kv, 1), pl.bc);
@@ -391,7 +401,7 @@ Workspace& workspace() {
 // kernel set's BC must fit.
 constexpr int kMaxTileKeys = 256;
 // Rows per block, for the per-thread row pointers of a block's Q.
-constexpr int kMaxBlockRows = 256;
+constexpr int kMaxBlockRows = 384;
 #define SDPA_KERNEL(isa, name, ns, w, mr, nv, br, bc) \
   static_assert((bc) <= kMaxTileKeys, #name ": BC exceeds kMaxTileKeys (tile_rows)"); \
   static_assert((br) <= kMaxBlockRows, #name ": BR exceeds kMaxBlockRows");
