@@ -101,7 +101,7 @@ TEST_F(KernelsX3, the_parts_of_each_packed_value_sum_to_it_and_pads_are_zero) {
   std::mt19937 rng(91);
   for (int d : kDims)
     for (int rows : {1, 15, 16, 17, 33, ks.br})
-      for (int n : {1, 7, 31, 33, ks.bc, 2 * ks.bc}) {
+      for (int n : {1, 7, 31, 33, ks.bc, 2 * ks.bc, 3 * ks.bc + 5, 4 * ks.bc}) {
         std::ostringstream where;
         where << "rows=" << rows << " n=" << n << " d=" << d;
         SCOPED_TRACE(where.str());
@@ -161,7 +161,7 @@ struct Rms {
 template <class F>
 void around_the_tiles(const cpu::KernelSet& ks, const char* dim_name, int dim, F f) {
   for (int rows : {1, 6, 16, 17, 31, 32, 33, 100, ks.br})
-    for (int n : {1, 15, 16, 17, 33, ks.bc - 1, ks.bc, 2 * ks.bc}) {
+    for (int n : {1, 15, 16, 17, 33, ks.bc - 1, ks.bc, 2 * ks.bc, 4 * ks.bc}) {
       std::ostringstream where;
       where << "rows=" << rows << " n=" << n << " " << dim_name << "=" << dim;
       SCOPED_TRACE(where.str());
@@ -295,7 +295,7 @@ TEST_F(KernelsX3, ranged_scores_give_the_bits_of_all_columns_where_rows_see_keys
   std::mt19937 rng(95);
   for (int d : {16, 64, 128})
     for (int rows : {1, 17, 32, 33, 100, ks.br})
-      for (int n : {1, 17, 33, ks.bc, 2 * ks.bc})
+      for (int n : {1, 17, 33, ks.bc, 2 * ks.bc, 4 * ks.bc})
         for (int trial = 0; trial < 3; ++trial) {
           std::ostringstream where;
           where << "rows=" << rows << " n=" << n << " d=" << d << " trial " << trial;
@@ -346,7 +346,7 @@ TEST_F(KernelsX3, ranged_pv_reads_p_only_in_its_columns_and_gives_the_bits_of_al
   std::uniform_real_distribution<float> unit(0.0f, 1.0f);
   for (int dv : {16, 40, 128})
     for (int rows : {1, 17, 32, 33, 100, ks.br})
-      for (int n : {1, 17, 33, ks.bc, 2 * ks.bc})
+      for (int n : {1, 17, 33, ks.bc, 2 * ks.bc, 4 * ks.bc})
         for (int trial = 0; trial < 3; ++trial) {
           std::ostringstream where;
           where << "rows=" << rows << " n=" << n << " dv=" << dv << " trial " << trial;

@@ -185,7 +185,18 @@ Plan make_plan(const Params& p, const KernelSet& ks, std::int64_t nb, std::int64
   // non-causal result bit for bit. The bf16 products keep BC (their scratch
   // is sized by it).
   const bool f32 = p.q.dtype == DType::f32 && p.k.dtype == DType::f32 && p.v.dtype == DType::f32;
-  if (pl.rows > kDirectRows && p.d <= kWideTileMaxD && f32 && ks.w > 1) pl.bc = 2 * ks.bc;
+  //
+  // On the x3 products (AMX) at d > kWideTileMaxD the tiles are 4·BC keys:
+  // alternated in one process (Emerald Rapids, H = 8, 2 threads) against BC,
+  // N = 256-8192 at d = 128 ran 1.10-1.12x faster (2·BC: 1.04-1.09x), d =
+  // 80, 96 and 256 1.08-1.09x, causal N = 4096 1.11x. At d <= 64, 4·BC
+  // measured no faster than 2·BC.
+  if (pl.rows > kDirectRows && f32 && ks.w > 1) {
+    if (p.d <= kWideTileMaxD)
+      pl.bc = 2 * ks.bc;
+    else if (x3_scores(ks, p, pl.rows) && x3_pv(ks, p, pl.rows))
+      pl.bc = 4 * ks.bc;
+  }
   pl.blocks = ceil_div(pl.rows, pl.br);
   // Prefill rows in equal blocks of at most BR: whole AMX tiles of rows on
   // the x3 products, whole MR-row strips and 16 rows otherwise (N = 512 at BR
@@ -1000,7 +1011,7 @@ class Runner : TileOps {
   X3Scratch x3_scratch() const {
     thread_local std::vector<std::uint16_t> mem;
     const std::int64_t d2 = round_up(p_.d, ks_.bf16_kpad), rows = round_up(ks_.br, ks_.bf16_rpad),
-                       keys = round_up(2 * ks_.bc, ks_.bf16_kpad);
+                       keys = round_up(4 * ks_.bc, ks_.bf16_kpad);
     std::uint16_t* a[4];
     arrays16(mem, {3 * rows * d2, 3 * d2 * keys, 3 * keys * round_up(p_.dv, ks_.w), ks_.x3_pv_work}, a);
     return {a[0], a[1], a[2], a[3]};

@@ -247,7 +247,7 @@ struct KernelSet {
   void (*pack_v_x3)(const float* const* v, int n, int dv, std::uint16_t* v3, int dv_pad) = nullptr;
   // acc [rows x dv_pad] = acc * alpha[r] + P·V, P float32 (rows p_stride
   // apart, n read per row) split into parts here, V from pack_v_x3. alpha may
-  // be nullptr (1). n <= 2*bc (the driver's widest float32 tile). Without
+  // be nullptr (1). n <= 4*bc (the driver's widest float32 tile). Without
   // col_begin and col_end (nullptr), every row reads all n keys, as pv_bf16
   // does; with them, row r reads P only in [col_begin[r], col_end[r]) and
   // takes it as 0 elsewhere (softmax_step's columns), and V is read only in

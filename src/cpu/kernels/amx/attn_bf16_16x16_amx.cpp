@@ -505,8 +505,8 @@ static void pack_v_x3(const float* const* v, int n, int dv, std::uint16_t* v3, i
 }
 
 // Keys a P·V tile on parts may hold: the driver's widest float32 tile
-// (twice the set's BC at small d).
-inline constexpr int kX3Keys = 2 * kMaxKeys;
+// (four times the set's BC: make_plan's x3 tiles at d > 64).
+inline constexpr int kX3Keys = 4 * kMaxKeys;
 
 // P's parts of two strips (one being multiplied, the next being split): the
 // caller's scratch, kernel_set.h's x3_pv_work.
