@@ -78,9 +78,12 @@ TEST_P(PerIsa, random_shapes_match_oracle) {
 }
 
 TEST_P(PerIsa, decode_shapes_match_oracle) {
-  // Nq = 1..8 against long caches: the split-KV path, GQA groups 1, 4, 8.
+  // Nq = 1..16 against long caches: the split-KV path, GQA groups 1, 4, 8;
+  // blocks of 9-16 rows (group * Nq), which read K and V in place on AMX and
+  // are packed elsewhere, and 18 rows, packed everywhere.
   for (auto [h, h_kv, n_q, n_kv] : std::vector<std::array<std::int64_t, 4>>{
-           {4, 1, 1, 3000}, {8, 2, 1, 1025}, {32, 8, 1, 4096}, {8, 8, 3, 2049}, {4, 1, 8, 777}}) {
+           {4, 1, 1, 3000}, {8, 2, 1, 1025}, {32, 8, 1, 4096}, {8, 8, 3, 2049}, {4, 1, 8, 777},
+           {8, 2, 4, 1500}, {4, 4, 12, 700}, {2, 2, 16, 2600}, {2, 1, 9, 300}}) {
     for (bool causal : {false, true}) {
       Problem pb;
       pb.isa = isa();

@@ -601,7 +601,8 @@ TEST_P(PerIsa, stored_paged_decode_equals_contiguous_bit_for_bit) {
   for (const Case c : {Case{kF16, 8, 8, 72, 16}, Case{kBF16, 8, 2, 72, 5}, Case{kF16, 6, 3, 128, 7},
                        Case{DType::i8, 4, 4, 64, 16}, Case{DType::i8, 8, 2, 64, 3}, Case{kF32, 4, 4, 64, 16},
                        Case{kF32, 8, 2, 72, 5}, Case{kF32, 6, 3, 128, 3}, Case{kF32, 4, 4, 128, 7},
-                       Case{kF32, 3, 3, 80, 4}, Case{kF32, 2, 2, 256, 5}}) {
+                       Case{kF32, 3, 3, 80, 4}, Case{kF32, 2, 2, 256, 5}, Case{kF32, 32, 2, 64, 16},
+                       Case{kF16, 24, 2, 72, 5}}) {  // the last two: 16 and 12 rows per K/V head
     const std::int64_t d = c.d, hk = c.h_kv, group = 32, ng = d / group;
     const std::int64_t max_pages = (cap + c.page - 1) / c.page, pages = b * max_pages + 3;
     const bool i8 = c.t == DType::i8;

@@ -81,9 +81,17 @@ constexpr std::int64_t kMinItems = 64;
 // H = 8, 2 threads: 10-25% faster unsplit).
 constexpr std::int64_t kMinPrefillItems = 16;
 constexpr std::int64_t kMinChunkKeys = 256;
-// Blocks of at most this many rows (decode: Nq * group small) compute scores
-// straight from K rows: packing a transposed tile would cost more than using it.
+// Blocks of at most direct_rows(ks) rows (decode: Nq * group small) compute
+// scores straight from K rows: packing a transposed tile would cost more than
+// using it. Where prefill runs on x3 parts (AMX), whose tiles cost more to
+// pack, blocks of up to 16 rows do: at 16 rows (Emerald Rapids, d = 128, 2
+// threads) MHA against 1024-16384 keys ran 1.16-1.59x and grouped (4 queries
+// x 4 heads, 4096 and 16384 keys) 1.18-1.69x faster so; at 32 rows grouped
+// ran 0.85x. The FMA sets keep 8: at 16 rows the AVX2 kernels measured
+// 0.74-0.89x and the AVX-512 ones 0.91-1.10x.
 constexpr int kDirectRows = 8;
+constexpr int kDirectRowsX3 = 16;
+int direct_rows(const KernelSet& ks) { return ks.scores_x3 ? kDirectRowsX3 : kDirectRows; }
 // How far ahead decode blocks of several rows (GQA) request float32 K and V
 // rows, through the tile's row pointers as the kernels reach them (so any
 // layout). H = 32, Hkv = 8, d = 128, Nkv = 1024-16384, Zen 5: 8 KiB measured
@@ -133,12 +141,12 @@ struct PackedQ {
 // value (kernel_set.h's x3 members, AMX): every float32 product of a block of
 // more rows than decode, unless Q and K are bfloat16 on bf16 products already.
 bool x3_scores(const KernelSet& ks, const Params& p, std::int64_t nr) {
-  if (!ks.scores_x3 || nr <= kDirectRows) return false;
+  if (!ks.scores_x3 || nr <= direct_rows(ks)) return false;
   return !(ks.bf16_fast && ks.scores_bf16 && p.q.dtype == DType::bf16 && p.k.dtype == DType::bf16);
 }
 // And P·V, unless P is rounded to bf16 for bf16 V (pv_bf16).
 bool x3_pv(const KernelSet& ks, const Params& p, std::int64_t nr) {
-  if (!ks.pv_x3 || nr <= kDirectRows) return false;
+  if (!ks.pv_x3 || nr <= direct_rows(ks)) return false;
   return !(ks.bf16_fast && ks.pv_bf16 && p.round_p && p.v.dtype == DType::bf16);
 }
 
@@ -175,7 +183,7 @@ Plan make_plan(const Params& p, const KernelSet& ks, std::int64_t nb, std::int64
   // Decode blocks (a few rows) stream K and V with little arithmetic per
   // key: longer tiles spread each tile's fixed costs (softmax step, masks,
   // row pointers) over more bytes.
-  if (pl.rows <= kDirectRows) pl.bc = std::max(ks.bc, kDecodeTileKeys / ks.nr * ks.nr);
+  if (pl.rows <= direct_rows(ks)) pl.bc = std::max(ks.bc, kDecodeTileKeys / ks.nr * ks.nr);
   // Prefill at small d in float32 on the vector sets: the products of a
   // tile are half of d = 128's, and the per-tile costs (the softmax's row
   // reductions, alpha, the accumulator's reload) are not, so tiles of 2·BC
@@ -191,7 +199,7 @@ Plan make_plan(const Params& p, const KernelSet& ks, std::int64_t nb, std::int64
   // N = 256-8192 at d = 128 ran 1.10-1.12x faster (2·BC: 1.04-1.09x), d =
   // 80, 96 and 256 1.08-1.09x, causal N = 4096 1.11x. At d <= 64, 4·BC
   // measured no faster than 2·BC.
-  if (pl.rows > kDirectRows && f32 && ks.w > 1) {
+  if (pl.rows > direct_rows(ks) && f32 && ks.w > 1) {
     if (p.d <= kWideTileMaxD)
       pl.bc = 2 * ks.bc;
     else if (x3_scores(ks, p, pl.rows) && x3_pv(ks, p, pl.rows))
@@ -202,7 +210,7 @@ Plan make_plan(const Params& p, const KernelSet& ks, std::int64_t nb, std::int64
   // the x3 products, whole MR-row strips and 16 rows otherwise (N = 512 at BR
   // = 384: two blocks of 256, not 384 and 128). The rows of a block do not
   // change one another's results, only the work items.
-  if (pl.rows > kDirectRows && pl.blocks > 1) {
+  if (pl.rows > direct_rows(ks) && pl.blocks > 1) {
     const int align = x3_scores(ks, p, pl.rows) ? 16 : std::lcm(ks.mr, 16);
     pl.br = static_cast<int>(std::min<std::int64_t>(ks.br, round_up(ceil_div(pl.rows, pl.blocks), align)));
     pl.blocks = ceil_div(pl.rows, pl.br);
@@ -212,7 +220,7 @@ Plan make_plan(const Params& p, const KernelSet& ks, std::int64_t nb, std::int64
   pl.chunk = round_up(std::max<std::int64_t>(n_kv, 1), pl.bc);
   // The per-head state of an all-heads item (Q rows, acc, m, l, alpha) must fit.
   const std::int64_t head_state = p.h_kv * (pl.rows * (p.d + pl.dv_pad) + 3 * 16);
-  pl.all_heads = p.paged() && pl.rows <= kDirectRows && p.h_kv > 1 && head_state * 4 <= kMaxHeadStateBytes;
+  pl.all_heads = p.paged() && pl.rows <= direct_rows(ks) && p.h_kv > 1 && head_state * 4 <= kMaxHeadStateBytes;
   // The key chunks do not depend on all_heads, so a paged cache gives the
   // results of a contiguous one bit for bit.
   const std::int64_t base = nb * p.h_kv * pl.blocks;
@@ -464,7 +472,7 @@ class Runner : TileOps {
       auto slots = [&](std::int64_t floats) {
         return std::min(heads, kMaxKtCacheBytes / std::max<std::int64_t>(tiles * floats * 4, 1));
       };
-      if (g.pl.rows > kDirectRows && g.pl.blocks >= 2 && !bf16_products && n_kv > 0 && slots(tile_floats) >= 1)
+      if (g.pl.rows > direct_rows(ks) && g.pl.blocks >= 2 && !bf16_products && n_kv > 0 && slots(tile_floats) >= 1)
         g.kt = KtCache(heads, slots(tile_floats), tiles, tile_floats);
       // Value tiles in parts likewise (pack_v_x3's layout, 6 bytes a value).
       const std::int64_t v_floats = round_up(3 * round_up(g.pl.bc, ks.bf16_kpad) * g.pl.dv_pad / 2, 16) + 16;
@@ -904,7 +912,7 @@ class Runner : TileOps {
       ks_.scores_x3(pq.x3, bl.nr, d, packed, bc_pad, s, nullptr, nullptr);
       return finish_scores(bl, t0, n, bc_pad, s, row_begin, row_end, br, stage);
     }
-    if (bl.nr <= kDirectRows) {
+    if (bl.nr <= direct_rows(ks_)) {
       direct_scores(bl, qs, t0, n, s, bc_pad);
       return finish_scores(bl, t0, n, bc_pad, s, row_begin, row_end, br, stage);
     }
@@ -995,12 +1003,12 @@ class Runner : TileOps {
   // Whether a block of nr rows takes bf16 Q·Kᵀ: bfloat16 Q and K, a kernel
   // set whose bf16 products beat its float32 ones, more rows than decode.
   bool bf16_scores(int nr) const {
-    return ks_.bf16_fast && ks_.scores_bf16 && nr > kDirectRows && p_.q.dtype == DType::bf16 &&
+    return ks_.bf16_fast && ks_.scores_bf16 && nr > direct_rows(ks_) && p_.q.dtype == DType::bf16 &&
            p_.k.dtype == DType::bf16;
   }
   // And P·V: round_p with bfloat16 V (P is then rounded to bf16 anyway).
   bool bf16_pv(int nr) const {
-    return ks_.bf16_fast && ks_.pv_bf16 && p_.round_p && nr > kDirectRows && p_.v.dtype == DType::bf16;
+    return ks_.bf16_fast && ks_.pv_bf16 && p_.round_p && nr > direct_rows(ks_) && p_.v.dtype == DType::bf16;
   }
 
   // Per-thread packed parts (x3_scores, x3_pv): q3 for a block, kt3 and v3 for a
@@ -1059,7 +1067,7 @@ class Runner : TileOps {
   void pv_tile(const Block& bl, std::int64_t t0, int n, int bc_pad, const float* s, float* vp, float* acc,
                const float* alpha, const int* row_begin, const int* row_end, const Spans* spans = nullptr) {
     const std::int64_t dv_pad = bl.g->pl.dv_pad;
-    if (bl.nr <= kDirectRows && stored_ok(p_.v) && !row_end && !p_.mask.data) {
+    if (bl.nr <= direct_rows(ks_) && stored_ok(p_.v) && !row_end && !p_.mask.data) {
       // Decode with V as stored. (An explicit mask or per-row key ranges take
       // the float32 path below, which keeps masked values out of every row.)
       thread_local const void* rows[kMaxTileKeys];
@@ -1125,7 +1133,7 @@ class Runner : TileOps {
       ks_.pv_x3(s, bl.nr, n, bc_pad, v3, static_cast<int>(dv_pad), acc, alpha, cols ? spans->sb : nullptr,
                 cols ? spans->se : nullptr, x3s.pv_work);
     } else {
-      if (row_end && bl.nr > kDirectRows && (sanitize || tile_finite(v, n))) {
+      if (row_end && bl.nr > direct_rows(ks_) && (sanitize || tile_finite(v, n))) {
         // Rows that see different keys (a causal diagonal, a window's edge):
         // with V finite, a masked key adds exactly 0 (its P is 0), so each
         // microkernel strip of MR rows runs over the union of its rows' keys,
@@ -1141,7 +1149,7 @@ class Runner : TileOps {
         row_end = spans->ue;
       }
       ks_.pv(s, bl.nr, n, bc_pad, v, static_cast<int>(dv_pad), acc, alpha, row_begin, row_end,
-             bl.nr <= kDirectRows ? rows_ahead_bytes() : 0);
+             bl.nr <= direct_rows(ks_) ? rows_ahead_bytes() : 0);
     }
     if (!sanitize) return;
     for (int j = 0; j < n; ++j)
@@ -1497,7 +1505,7 @@ class Runner : TileOps {
     // 10-25% slower (Xeon, H = Hkv = 32, d = 128, Nkv = 1024 from cache and
     // 16384 from DRAM); blocks of several rows compute more per byte, and the
     // requests keep memory busy meanwhile.
-    const bool ahead_ok = bl.nr > 1 && bl.nr <= kDirectRows;
+    const bool ahead_ok = bl.nr > 1 && bl.nr <= direct_rows(ks_);
     if (ahead_ok) prefetch_tile(bl, kb, std::min<std::int64_t>(bc, ke - kb));
     for (std::int64_t t0 = kb; t0 < ke; t0 += bc) {
       const int n = static_cast<int>(std::min<std::int64_t>(bc, ke - t0));

@@ -142,7 +142,7 @@ struct KernelSet {
   // dst[c] = src[c] * scale[c / group], c < n (n % group == 0), the scales
   // float32 or float16 (sdt), the product rounded to float32.
   void (*dequant_i8)(const std::int8_t* src, const void* scales, DType sdt, int group, int n, float* dst);
-  // Decode (blocks of at most 8 rows): the scores_direct and pv contracts
+  // Decode (blocks of at most 16 rows): the scores_direct and pv contracts
   // with K or V as stored. S [rows x n] = Qs·Kᵀ; acc [rows x dv] (rows
   // acc_stride apart) = acc·alpha[r] + P·V over every key j < n (no per-row
   // key ranges: the driver uses the float32 kernels on such tiles).
