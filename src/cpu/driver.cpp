@@ -193,17 +193,18 @@ Plan make_plan(const Params& p, const KernelSet& ks, std::int64_t nb, std::int64
   // non-causal result bit for bit. The bf16 products keep BC (their scratch
   // is sized by it).
   const bool f32 = p.q.dtype == DType::f32 && p.k.dtype == DType::f32 && p.v.dtype == DType::f32;
-  //
-  // On the x3 products (AMX) at d > kWideTileMaxD the tiles are 4·BC keys:
-  // alternated in one process (Emerald Rapids, H = 8, 2 threads) against BC,
-  // N = 256-8192 at d = 128 ran 1.10-1.12x faster (2·BC: 1.04-1.09x), d =
-  // 80, 96 and 256 1.08-1.09x, causal N = 4096 1.11x. At d <= 64, 4·BC
+  // On the x3 products (AMX) at d > kWideTileMaxD the tiles are 4·BC keys,
+  // in any storage: alternated in one process (Emerald Rapids, H = 8, 2
+  // threads) against BC, float32 N = 256-8192 at d = 128 ran 1.10-1.12x
+  // faster (2·BC: 1.04-1.09x), d = 80, 96 and 256 1.08-1.09x, causal N =
+  // 4096 1.11x, float16 N = 1024 and 4096 1.07-1.08x. At d <= 64, 4·BC
   // measured no faster than 2·BC.
-  if (pl.rows > direct_rows(ks) && f32 && ks.w > 1) {
-    if (p.d <= kWideTileMaxD)
-      pl.bc = 2 * ks.bc;
-    else if (x3_scores(ks, p, pl.rows) && x3_pv(ks, p, pl.rows))
+  if (pl.rows > direct_rows(ks) && ks.w > 1) {
+    if (p.d <= kWideTileMaxD) {
+      if (f32) pl.bc = 2 * ks.bc;
+    } else if (x3_scores(ks, p, pl.rows) && x3_pv(ks, p, pl.rows)) {
       pl.bc = 4 * ks.bc;
+    }
   }
   pl.blocks = ceil_div(pl.rows, pl.br);
   // Prefill rows in equal blocks of at most BR: whole AMX tiles of rows on
