@@ -116,7 +116,10 @@ TEST_F(KernelsX3, the_parts_of_each_packed_value_sum_to_it_and_pads_are_zero) {
         const std::size_t q3_size = 3u * rows_pad * d2, kt3_size = 3u * d2 * bc_pad, v3_size = 3u * n_pad * dv_pad;
         std::vector<std::uint16_t> q3(q3_size + kGuardElems, kGuard16), kt3(kt3_size + kGuardElems, kGuard16),
             v3(v3_size + kGuardElems, kGuard16);
-        ks.pack_q_x3(q.data(), rows, d, q3.data());
+        // Q scaled as the driver folds 1/sqrt(d) in: the parts are those of
+        // the float32 products.
+        const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+        ks.pack_q_x3(row_pointers(q, rows, d).data(), rows, d, scale, q3.data());
         ks.pack_kt_x3(kp.data(), n, d, kt3.data(), bc_pad);
         ks.pack_v_x3(kp.data(), n, d, v3.data(), dv_pad);
         ASSERT_TRUE(guard_intact(q3, q3_size, kGuard16)) << "q3";
@@ -127,7 +130,7 @@ TEST_F(KernelsX3, the_parts_of_each_packed_value_sum_to_it_and_pads_are_zero) {
         for (int r = 0; r < rows_pad; ++r)
           for (int c = 0; c < d2; ++c) {
             const std::size_t i = static_cast<std::size_t>(r) * d2 + c;
-            const double want = r < rows && c < d ? q[static_cast<std::size_t>(r) * d + c] : 0.0;
+            const double want = r < rows && c < d ? q[static_cast<std::size_t>(r) * d + c] * scale : 0.0;
             ASSERT_EQ(parts_sum(q3, qp, i), want) << "q3 at r=" << r << " c=" << c;
           }
         for (int c = 0; c < d2; ++c)
@@ -183,7 +186,7 @@ TEST_F(KernelsX3, scores_are_within_the_float32_bound_and_err_as_the_float32_ker
         std::vector<std::uint16_t> q3(3u * rows_pad * d2), kt3(3u * d2 * bc_pad);
         const std::size_t s_size = static_cast<std::size_t>(rows_pad) * bc_pad;
         std::vector<float> s(s_size + kGuardElems, from_bits(kGuard32)), s32(s_size), kt(static_cast<std::size_t>(d) * bc_pad);
-        ks.pack_q_x3(q.data(), rows, d, q3.data());
+        ks.pack_q_x3(row_pointers(q, rows, d).data(), rows, d, 1.0f, q3.data());
         ks.pack_kt_x3(kp.data(), n, d, kt3.data(), bc_pad);
         ks.scores_x3(q3.data(), rows, d, kt3.data(), bc_pad, s.data(), nullptr, nullptr);
         ASSERT_TRUE(guard_intact(s, s_size, from_bits(kGuard32))) << "S";
@@ -305,7 +308,7 @@ TEST_F(KernelsX3, ranged_scores_give_the_bits_of_all_columns_where_rows_see_keys
           const auto k = random_floats(rng, static_cast<std::size_t>(n) * d, 0);
           const auto kp = row_pointers(k, n, d);
           std::vector<std::uint16_t> q3(3u * rows_pad * d2), kt3(3u * d2 * bc_pad);
-          ks.pack_q_x3(q.data(), rows, d, q3.data());
+          ks.pack_q_x3(row_pointers(q, rows, d).data(), rows, d, 1.0f, q3.data());
           ks.pack_kt_x3(kp.data(), n, d, kt3.data(), bc_pad);
           std::vector<int> b, e;
           random_ranges(rng, rows, n, b, e);
@@ -397,7 +400,7 @@ TEST_F(KernelsX3, inf_and_nan_reach_the_sums) {
     const auto kp = row_pointers(k, n, d);
     std::vector<std::uint16_t> q3(3u * rows_pad * d2), kt3(3u * d2 * bc_pad), v3(3u * n_pad * dv_pad);
     std::vector<float> s(static_cast<std::size_t>(rows_pad) * bc_pad);
-    ks.pack_q_x3(q.data(), rows, d, q3.data());
+    ks.pack_q_x3(row_pointers(q, rows, d).data(), rows, d, 1.0f, q3.data());
     ks.pack_kt_x3(kp.data(), n, d, kt3.data(), bc_pad);
     ks.scores_x3(q3.data(), rows, d, kt3.data(), bc_pad, s.data(), nullptr, nullptr);
     for (int r = 0; r < rows; ++r) {

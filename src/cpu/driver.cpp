@@ -1477,7 +1477,10 @@ class Runner : TileOps {
     // Qs: the block's query rows with the scale folded in. Folding scale into
     // Q (not into S) keeps scale*q·k finite whenever it is representable, even
     // when q·k alone is not (q·k = 1e39, scale = 1/8).
-    load_scaled_q(bl, qs);
+    // On the x3 products a float32 Q is scaled and split in one pass (Qs is
+    // not read then).
+    const bool x3_q = !bf16_scores(bl.nr) && x3_scores(ks_, p_, bl.nr);
+    if (!x3_q || p_.q.dtype != DType::f32) load_scaled_q(bl, qs);
     // bf16 products take Q unscaled, as stored (the kernel scales S): the
     // products stay exact.
     PackedQ pq;
@@ -1488,9 +1491,14 @@ class Runner : TileOps {
       std::uint16_t* packed = bf16_scratch().q2;
       ks_.pack_q_bf16(q_rows, bl.nr, d, packed);
       pq.bf16 = packed;
-    } else if (x3_scores(ks_, p_, bl.nr)) {
+    } else if (x3_q) {
+      thread_local const float* q_rows[kMaxBlockRows];
+      const bool stored = p_.q.dtype == DType::f32;
+      for (int rr = 0; rr < bl.nr; ++rr)
+        q_rows[rr] = stored ? static_cast<const float*>(p_.q.addr(bl.b, head(bl, rr), p_.q_row(bl.b, query(bl, rr))))
+                            : qs + static_cast<std::int64_t>(rr) * d;
       std::uint16_t* packed = x3_scratch().q3;
-      ks_.pack_q_x3(qs, bl.nr, d, packed);
+      ks_.pack_q_x3(q_rows, bl.nr, d, stored ? static_cast<float>(p_.scale) : 1.0f, packed);
       pq.x3 = packed;
     }
 

@@ -230,9 +230,10 @@ struct KernelSet {
   // are the bf16 members' (bf16_kpad, bf16_rpad); each array holds three of
   // their layouts, one per part.
 
-  // q3: pack_q_bf16's [rows_pad x d2] layout of Qs [rows x d] (float32, d
-  // apart), part p at q3 + p*rows_pad*d2.
-  void (*pack_q_x3)(const float* qs, int rows, int d, std::uint16_t* q3) = nullptr;
+  // q3: pack_q_bf16's [rows_pad x d2] layout of Qs = scale * Q, Q's float32
+  // rows q[0, rows) of d values, each product rounded to float32 (so Qs
+  // holds scale_copy's values), part p at q3 + p*rows_pad*d2.
+  void (*pack_q_x3)(const float* const* q, int rows, int d, float scale, std::uint16_t* q3) = nullptr;
   // kt3: pack_kt_bf16's layout of float32 key rows, part p at kt3 + p*d2*bc_pad.
   void (*pack_kt_x3)(const float* const* k, int n, int d, std::uint16_t* kt3, int bc_pad) = nullptr;
   // S [rows_pad x bc_pad] = Qs·Kᵀ (no scale: Qs has it), pad rows 0. With

@@ -258,17 +258,25 @@ static inline void split3(__m512 lo, __m512 hi, __m512i* parts) {
 // `stride` values apart, part p at out + p * part, columns [k0, k1) (k0 and
 // k1 multiples of 32): values past n are 0, and only n values of each row
 // are read. With begin and end, row i holds only its columns [begin[i],
-// end[i]), the rest 0 and not read.
+// end[i]), the rest 0 and not read. With scale, the parts are those of
+// x * scale (rounded to float32 first, as scale_copy does).
 static void split_rows(const float* const* rows, int count, int n, int k0, int k1, std::uint16_t* out,
-                       std::int64_t part, int stride, const int* begin = nullptr, const int* end = nullptr) {
+                       std::int64_t part, int stride, const int* begin = nullptr, const int* end = nullptr,
+                       float scale = 1.0f) {
+  const bool scaled = scale != 1.0f;
+  const __m512 vs = _mm512_set1_ps(scale);
   for (int i = 0; i < count; ++i) {
     const float* src = rows[i];
     std::uint16_t* dst = out + static_cast<std::int64_t>(i) * stride;
     const int b = begin ? begin[i] : 0, e = end ? min_int(end[i], n) : n;
     for (int c = k0; c < k1; c += 2 * W) {
       const __mmask32 mask = first_lanes32(e - c) & ~first_lanes32(b - c);
-      const __m512 lo = _mm512_maskz_loadu_ps(static_cast<__mmask16>(mask), src + c);
-      const __m512 hi = _mm512_maskz_loadu_ps(static_cast<__mmask16>(mask >> 16), src + c + W);
+      __m512 lo = _mm512_maskz_loadu_ps(static_cast<__mmask16>(mask), src + c);
+      __m512 hi = _mm512_maskz_loadu_ps(static_cast<__mmask16>(mask >> 16), src + c + W);
+      if (scaled) {
+        lo = _mm512_mul_ps(lo, vs);
+        hi = _mm512_mul_ps(hi, vs);
+      }
       __m512i parts[3];
       split3(lo, hi, parts);
       for (int p = 0; p < 3; ++p) _mm512_storeu_si512(dst + p * part + c, parts[p]);
@@ -334,16 +342,14 @@ static inline void x3_products(const std::uint16_t* a, std::int64_t a_part, long
   }
 }
 
-// q3: the three parts of Qs, each [rows_pad x d2] (pack_q_bf16's layout).
-static void pack_q_x3(const float* qs, int rows, int d, std::uint16_t* q3) {
+// q3: the three parts of Qs = scale * Q (Q's rows q[0, rows)), each [rows_pad
+// x d2] (pack_q_bf16's layout).
+static void pack_q_x3(const float* const* q, int rows, int d, float scale, std::uint16_t* q3) {
   const int d2 = round_up_to(d, kBf16KPad), rows_pad = round_up_to(rows, kBf16RPad);
   const std::int64_t part = static_cast<std::int64_t>(rows_pad) * d2;
-  const float* rp[kTileRows];
-  for (int r0 = 0; r0 < rows; r0 += kTileRows) {
-    const int cnt = min_int(kTileRows, rows - r0);
-    for (int i = 0; i < cnt; ++i) rp[i] = qs + static_cast<std::int64_t>(r0 + i) * d;
-    split_rows(rp, cnt, d, 0, d2, q3 + static_cast<std::int64_t>(r0) * d2, part, d2);
-  }
+  for (int r0 = 0; r0 < rows; r0 += kTileRows)
+    split_rows(q + r0, min_int(kTileRows, rows - r0), d, 0, d2, q3 + static_cast<std::int64_t>(r0) * d2, part, d2,
+               nullptr, nullptr, scale);
   for (int p = 0; p < 3; ++p)
     for (int r = rows; r < rows_pad; ++r) std::memset(q3 + p * part + static_cast<std::int64_t>(r) * d2, 0, 2 * d2);
 }
