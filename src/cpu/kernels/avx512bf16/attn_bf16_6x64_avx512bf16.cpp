@@ -43,7 +43,7 @@ inline constexpr int kBf16RPad = 1;
 
 static inline __m512bh as_bh(__m512i x) { return (__m512bh)x; }
 
-// Pairs per summation block: 8 pairs are kDotChunk values, so the blocked
+// Pairs per summation block: kDotChunk / 2 pairs are kDotChunk values, so the blocked
 // summation and its error bound are those of the float32 `scores`.
 inline constexpr int kPairChunk = kDotChunk / 2;
 
