@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -347,6 +348,45 @@ TEST_P(PerIsa, misaligned_pointers) {
   attention(qv, kv, vv, TensorView::contiguous(o.data() + 1, {1, 1, n_q, dv}), opt);
   reference_attention(qv, kv, vv, TensorView::contiguous(o_ref.data(), {1, 1, n_q, dv}), opt);
   for (std::int64_t i = 0; i < n_q * dv; ++i) EXPECT_NEAR(o[i + 1], o_ref[i], 1e-5);
+}
+
+TEST_P(PerIsa, value_rows_off_a_vector_boundary_give_the_bits_of_aligned_ones) {
+  // Prefill blocks (many rows) whose V rows are whole vectors (dv = 64) but
+  // start 4, 16 or 36 bytes past a 64-byte boundary: the AVX2 kernels copy
+  // such tiles to aligned memory, the others read them in place; either way
+  // the output is that of the same values on 64-byte aligned rows, bit for bit.
+  const std::int64_t h = 2, n_q = 200, n_kv = 150, d = 48, dv = 64;
+  const std::size_t nv = static_cast<std::size_t>(h * n_kv * dv);
+  std::vector<float> q(h * n_q * d), k(h * n_kv * d), v_store(nv + 16 + 16);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  for (auto* x : {&q, &k})
+    for (float& e : *x) e = normal(rng);
+  std::vector<float> values(nv);
+  for (float& e : values) e = normal(rng);
+  // The first 64-byte boundary inside v_store.
+  const std::size_t base = (64 - reinterpret_cast<std::uintptr_t>(v_store.data()) % 64) % 64 / sizeof(float);
+  const TensorView qv = TensorView::contiguous(q.data(), {1, h, n_q, d});
+  const TensorView kv = TensorView::contiguous(k.data(), {1, h, n_kv, d});
+  for (bool causal : {false, true}) {
+    Options opt;
+    opt.isa = isa();
+    opt.causal = causal;
+    std::vector<float> first;
+    for (std::size_t off : {0, 1, 4, 9}) {
+      float* v = v_store.data() + base + off;
+      std::memcpy(v, values.data(), nv * sizeof(float));
+      std::vector<float> o(h * n_q * dv);
+      attention(qv, kv, TensorView::contiguous(v, {1, h, n_kv, dv}), TensorView::contiguous(o.data(), {1, h, n_q, dv}),
+                opt);
+      if (first.empty()) {
+        first = o;
+        continue;
+      }
+      EXPECT_EQ(0, std::memcmp(first.data(), o.data(), o.size() * sizeof(float)))
+          << "V " << off * sizeof(float) << " bytes past a 64-byte boundary, causal " << causal;
+    }
+  }
 }
 
 TEST_P(PerIsa, results_are_bitwise_identical_for_any_thread_count) {
