@@ -1235,14 +1235,14 @@ class Runner : TileOps {
     return any_exact;
   }
 
-  // Qs: a block's query rows with the scale folded in. Folding scale into Q
-  // (not into S) keeps scale*q·k finite whenever it is representable, even
-  // when q·k alone is not (q·k = 1e39, scale = 1/8).
   // Where row rr of a block's Q is stored.
   const void* q_row_addr(const Block& bl, int rr) const {
     return p_.q.addr(bl.b, head(bl, rr), p_.q_row(bl.b, query(bl, rr)));
   }
 
+  // Qs: a block's query rows with the scale folded in. Folding scale into Q
+  // (not into S) keeps scale*q·k finite whenever it is representable, even
+  // when q·k alone is not (q·k = 1e39, scale = 1/8).
   void load_scaled_q(const Block& bl, float* qs) const {
     const int d = static_cast<int>(p_.d);
     const float scale = static_cast<float>(p_.scale);
